@@ -1,0 +1,46 @@
+# The two commands: `make run` (the whole pipeline) and `make test` (the whole suite).
+# Each does its own set-up on a machine that has only python3 and the package registries.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Models never come from a hub at run time (README: "Offline by design").
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: run test setup lock lint clean
+
+setup: $(STAMP)
+
+# torch goes first, on its own and pinned: `pip install torch==2.13.0` takes the CPU build
+# (an unpinned torch, or uv/poetry, would download a multi-GB CUDA build).
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=25" 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install -q torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install -q -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -c "import torch, trl, rlhf.store, rlhf.pipeline, rlhf.cli"
+	touch $@
+
+run: setup
+	$(BIN)/dvc repro
+	$(BIN)/dvc status
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
+lock: setup
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v "^rlhf-pipeline" > requirements.lock
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf artifacts .dvc/cache .dvc/tmp

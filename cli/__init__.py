@@ -1,0 +1,1 @@
+"""The `rlhf` command line: one thin Typer command per stage, plus query, audit and doctor."""

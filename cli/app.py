@@ -1,0 +1,51 @@
+"""The `rlhf` Typer app: one thin command per pipeline stage, plus params, doctor (and query, audit).
+
+    rlhf --help
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli.common import fail
+
+app = typer.Typer(
+    name="rlhf",
+    help="Declarative, reproducible RLHF: every stage of the pipeline, one command each.\n\n"
+    "`dvc repro` runs them all; each command here runs one stage with explicit paths.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+params_app = typer.Typer(help="Inspect and validate params.yaml.", no_args_is_help=True)
+app.add_typer(params_app, name="params")
+
+
+@params_app.command("check")
+def params_check(
+    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+) -> None:
+    """Validate every section of params.yaml against its typed config."""
+    from rlhf.pipeline.config import ConfigError, load_all
+
+    try:
+        sections = load_all(params)
+    except ConfigError as exc:
+        fail(str(exc))
+    typer.echo(f"{params}: {len(sections)} section(s) valid: {', '.join(sections) or '(none)'}")
+
+
+app.command("doctor")(doctor_cmd.doctor)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Atomic parquet shards: the only way the pipeline writes a table.
+
+A shard is written to a hidden temporary file in its final folder, fsynced, then renamed into
+place, and the folder is fsynced, so a crash never leaves a partial shard visible: readers glob
+`*.parquet` and never see `.*.tmp` files. `ShardWriter` streams rows into numbered shards.
+
+    python -c "from rlhf.store.io import read_table; print(read_table('prompts', 'artifacts/store/prompts'))"
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlhf.store.schemas import schema_for
+
+TMP_SUFFIX = ".tmp"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def to_arrow(table: str, rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
+    """Rows (dicts or an Arrow table) as an Arrow table of `table`'s schema, columns in order.
+
+    Raises ValueError naming the table when a column is missing, extra, or of the wrong type.
+    """
+    schema = schema_for(table)
+    try:
+        if isinstance(rows, pa.Table):
+            extra = set(rows.column_names) - set(schema.names)
+            if extra:
+                raise ValueError(f"unexpected columns {sorted(extra)}")
+            return rows.select(schema.names).cast(schema)
+        rows = list(rows)
+        for row in rows:
+            extra = set(row) - set(schema.names)
+            if extra:
+                raise ValueError(f"unexpected columns {sorted(extra)}")
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"rows do not fit table {table!r}: {exc}") from exc
+
+
+def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder)."""
+    path = Path(path)
+    data = to_arrow(table, rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as fh:
+            pq.write_table(data, fh, compression="zstd")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def remove_partials(directory: str | Path) -> int:
+    """Delete temporary files a killed writer left behind; returns how many it removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    leftovers = list(directory.glob(f".*{TMP_SUFFIX}"))
+    for p in leftovers:
+        p.unlink(missing_ok=True)
+    return len(leftovers)
+
+
+def shard_paths(directory: str | Path) -> list[Path]:
+    """The visible shards of a table folder, in name order (recursing into partition folders)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*.parquet") if not p.name.startswith("."))
+
+
+def read_table(table: str, directory: str | Path) -> pa.Table:
+    """All shards of a table folder as one Arrow table (empty, with the schema, if none)."""
+    schema = schema_for(table)
+    paths = shard_paths(directory)
+    if not paths:
+        return schema.empty_table()
+    return pa.concat_tables([pq.read_table(p, schema=schema) for p in paths])
+
+
+def read_dataset(table: str, directory: str | Path):
+    """All shards of a table folder as a `datasets.Dataset` (what the training stages read)."""
+    import datasets
+
+    return datasets.Dataset(read_table(table, directory))
+
+
+class ShardWriter:
+    """Streams rows into numbered shards `part-00000.parquet`, `part-00001.parquet`, ...
+
+    Each flush is one atomic shard, so a killed writer loses at most the rows still buffered,
+    and `next_index` lets a resumed run continue the numbering without overwriting.
+    """
+
+    def __init__(self, table: str, directory: str | Path, rows_per_shard: int = 100_000,
+                 prefix: str = "part"):
+        self.table = table
+        self.directory = Path(directory)
+        self.rows_per_shard = rows_per_shard
+        self.prefix = prefix
+        self._buffer: list[Mapping[str, Any]] = []
+        self.index = self.next_index()
+        self.rows_written = 0
+        self.paths: list[Path] = []
+
+    def next_index(self) -> int:
+        existing = [p for p in shard_paths(self.directory) if p.name.startswith(self.prefix + "-")]
+        return len(existing)
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._buffer.append(row)
+        if len(self._buffer) >= self.rows_per_shard:
+            self.flush()
+
+    def extend(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.write(row)
+
+    def flush(self) -> Path | None:
+        if not self._buffer:
+            return None
+        path = self.directory / f"{self.prefix}-{self.index:05d}.parquet"
+        write_shard(self.table, self._buffer, path)
+        self.rows_written += len(self._buffer)
+        self._buffer = []
+        self.index += 1
+        self.paths.append(path)
+        return path
+
+    def close(self) -> list[Path]:
+        """Flush the remainder; a table that got no rows still gets one empty shard."""
+        if not self.paths and not self._buffer:
+            path = self.directory / f"{self.prefix}-{self.index:05d}.parquet"
+            write_shard(self.table, [], path)
+            self.paths.append(path)
+            return self.paths
+        self.flush()
+        return self.paths
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()

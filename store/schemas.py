@@ -1,0 +1,101 @@
+"""Every artifact table's pyarrow schema, in one place.
+
+A stage that writes a table asks `schema_for(name)`; readers, the DuckDB views and the tests use
+the same objects. Add a table here, never inline in a stage.
+
+    python -c "from rlhf.store.schemas import TABLES; [print(n, s) for n, s in TABLES.items()]"
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Quarantine reason codes (ARCHITECTURE house style 3: keep, or drop with a reason code).
+# The world generator labels its planted defects with the same codes, so tests can check that
+# every planted defect is quarantined for the right reason.
+REASON_CODES: dict[str, str] = {
+    "bad_json": "line is not a JSON object",
+    "invalid_utf8": "line is not valid UTF-8",
+    "bad_type": "a field has the wrong type (text not a string, score not a number, ...)",
+    "unknown_source": "source type is not one of the three trusted types (seed 000 §4.2)",
+    "missing_provenance": "a provenance field required by the source type is missing or empty",
+    "low_preference": "open-dataset row with human preference score <= threshold (seed 000 §4.2)",
+    "empty": "prompt is empty or whitespace only",
+    "too_long": "prompt has more tokens than the limit",
+    "url": "prompt contains a URL",
+    "email": "prompt contains an e-mail address",
+    "phone": "prompt contains a phone number",
+    "code_block": "prompt contains a fenced or indented code block",
+}
+
+SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
+
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _schema(*fields: pa.Field, doc: str) -> pa.Schema:
+    return pa.schema(list(fields), metadata={"doc": doc})
+
+
+TABLES: dict[str, pa.Schema] = {
+    # Raw rows as read from a source file, before any filter (ingest keeps them only in memory;
+    # the table exists so adapters can materialise external sources with one schema).
+    "raw_prompts": _schema(
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),  # 1-based line (or row) number
+        pa.field("source_type", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("provenance", pa.string()),  # JSON object of the source's provenance fields
+        doc="Rows read from prompt sources, unfiltered.",
+    ),
+    # Prompts that passed the ingest filters.
+    "prompts": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),  # content_hash(text)
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("source_type", pa.string(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("provenance", pa.string()),  # JSON object: writer_id / session_id / score ...
+        pa.field("created_at", _TS),  # writing date, query timestamp, or null
+        pa.field("n_tokens", pa.int32(), nullable=False),
+        doc="Prompts kept by ingest (source trust + content filters).",
+    ),
+    # Rows ingest rejected, with every reason that applied.
+    "rejected": _schema(
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("source_type", pa.string()),
+        pa.field("reasons", pa.list_(pa.string()), nullable=False),  # codes of REASON_CODES
+        pa.field("prompt_id", pa.string()),  # null when the text could not be decoded
+        pa.field("raw", pa.string()),  # the offending line, truncated to 2,000 characters
+        doc="Quarantine: rows rejected by ingest, each with its reason codes.",
+    ),
+    # The deduplicated prompt pool: one representative per semantic cluster.
+    "pool": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("source_type", pa.string(), nullable=False),
+        pa.field("dedup_cluster", pa.int64(), nullable=False),  # agglomerative cluster id
+        pa.field("cluster_size", pa.int32(), nullable=False),
+        pa.field("topic_cluster", pa.int32(), nullable=False),  # KMeans diversity cluster
+        pa.field("n_tokens", pa.int32(), nullable=False),
+        doc="The filtered and deduplicated prompt pool (seed 000 §4.2, §3.1 level one).",
+    ),
+    # Near-duplicates that dedup set aside, each linked to its cluster's representative.
+    "similar": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("representative_id", pa.string(), nullable=False),
+        pa.field("dedup_cluster", pa.int64(), nullable=False),
+        pa.field("distance", pa.float32(), nullable=False),  # cosine distance to representative
+        doc="The similar library: near-duplicates of pool prompts (seed 000 §4.2).",
+    ),
+}
+
+
+def schema_for(table: str) -> pa.Schema:
+    """The schema of `table`, or a KeyError that lists the known tables."""
+    try:
+        return TABLES[table]
+    except KeyError:
+        raise KeyError(f"unknown table {table!r}; known tables: {', '.join(sorted(TABLES))}") from None

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from rlhf.cli.app import app
+from rlhf.cli.doctor import known_bad
+
+runner = CliRunner()
+
+
+def _rlhf() -> str:
+    exe = Path(sys.executable).with_name("rlhf")
+    return str(exe) if exe.exists() else shutil.which("rlhf")
+
+
+def test_console_script_help_and_doctor():
+    out = subprocess.run([_rlhf(), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "doctor" in out.stdout
+    out = subprocess.run([_rlhf(), "doctor"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "torch" in out.stdout and "duckdb" in out.stdout
+    assert "loads offline (dim 384)" in out.stdout
+
+
+def test_known_bad_combinations(tmp_path):
+    versions = {"flash-attn": "2.8.3", "torch": "2.2.1", "transformers": "4.30.0"}
+    cfg = tmp_path / "zero3.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}))
+    messages = " ".join(f.message for f in known_bad(versions, "12.2", [cfg]))
+    for needle in ("flash-attn 2.8.3", "CUDA 12.2", "torch 2.2", "transformers < 4.36.2", "offload_param"):
+        assert needle in messages
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}))
+    assert known_bad({"flash-attn": "2.5.8", "torch": "2.13.0"}, None, [good]) == []
+
+
+def test_params_check_reports_bad_key_without_traceback(tmp_path, repo):
+    bad = tmp_path / "params.yaml"
+    bad.write_text((repo / "params.yaml").read_text() + "\nnot_a_section: {}\n")
+    result = runner.invoke(app, ["params", "check", "--params", str(bad)])
+    assert result.exit_code == 2
+    assert "not_a_section" in result.output
+    assert "Traceback" not in result.output
+    ok = runner.invoke(app, ["params", "check", "--params", str(repo / "params.yaml")])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_namespace_only_rlhf_installed(tmp_path):
+    code = (
+        "import importlib.util as u, rlhf.store, rlhf.pipeline, rlhf.cli;"
+        "print([m for m in ('store', 'cli', 'pipeline') if u.find_spec(m) is not None])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

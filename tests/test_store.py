@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+import unicodedata
+
+import pyarrow as pa
+import pytest
+
+from rlhf.store import TABLES, content_hash
+from rlhf.store.catalog import connect
+from rlhf.store.io import ShardWriter, read_dataset, read_table, remove_partials, shard_paths, write_shard
+
+
+def _sample(tp: pa.DataType, i: int):
+    if pa.types.is_string(tp) or pa.types.is_large_string(tp):
+        return f"value {i} é"
+    if pa.types.is_boolean(tp):
+        return i % 2 == 0
+    if pa.types.is_integer(tp):
+        return i * 3
+    if pa.types.is_floating(tp):
+        return i + 0.5
+    if pa.types.is_timestamp(tp):
+        return dt.datetime(2026, 1, 1, 12, i, tzinfo=dt.timezone.utc)
+    if pa.types.is_list(tp):
+        return [_sample(tp.value_type, i), _sample(tp.value_type, i + 1)]
+    if pa.types.is_struct(tp):
+        return {f.name: _sample(f.type, i) for f in tp}
+    raise NotImplementedError(f"no sample value for {tp}")
+
+
+def _rows(schema: pa.Schema, n: int = 3) -> list[dict]:
+    return [{f.name: _sample(f.type, i) for f in schema} for i in range(n)]
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_schema_round_trip(table, tmp_path):
+    rows = _rows(TABLES[table])
+    path = write_shard(table, rows, tmp_path / table / "part-00000.parquet")
+    assert path.exists()
+    back = read_table(table, tmp_path / table)
+    assert back.schema.equals(TABLES[table], check_metadata=False)
+    assert back.to_pylist() == rows
+    assert read_dataset(table, tmp_path / table).num_rows == len(rows)
+
+
+def test_write_rejects_rows_that_do_not_fit(tmp_path):
+    with pytest.raises(ValueError, match="prompts"):
+        write_shard("prompts", [{"prompt_id": "x", "bogus": 1}], tmp_path / "p.parquet")
+    with pytest.raises(KeyError, match="known tables"):
+        write_shard("no_such_table", [], tmp_path / "p.parquet")
+    assert not list(tmp_path.iterdir())
+
+
+def test_content_hash_is_nfc_stable_sha256():
+    composed = "caf\u00e9"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert composed != decomposed
+    assert content_hash(composed) == content_hash(decomposed)
+    # sha256("abc"), FIPS 180-2 test vector
+    assert content_hash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_shard_writer_numbers_shards_and_resumes(tmp_path):
+    rows = _rows(TABLES["similar"], 7)
+    with ShardWriter("similar", tmp_path, rows_per_shard=3) as w:
+        w.extend(rows)
+    assert [p.name for p in shard_paths(tmp_path)] == [
+        "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    again = ShardWriter("similar", tmp_path, rows_per_shard=3)
+    again.extend(rows[:2])
+    again.close()
+    assert shard_paths(tmp_path)[-1].name == "part-00003.parquet"
+    assert read_table("similar", tmp_path).num_rows == 9
+
+
+def test_empty_writer_leaves_one_typed_empty_shard(tmp_path):
+    ShardWriter("rejected", tmp_path).close()
+    assert len(shard_paths(tmp_path)) == 1
+    assert read_table("rejected", tmp_path).num_rows == 0
+
+
+_CHILD = r"""
+import os, sys, time
+import pyarrow as pa
+from rlhf.store.io import write_shard
+mode, out = sys.argv[1], sys.argv[2]
+n = 3_000_000 if mode == "big" else 10
+rows = pa.table({
+    "prompt_id": pa.array([f"{i:064d}" for i in range(n)]),
+    "text": pa.array([f"text number {i} " * 4 for i in range(n)]),
+    "representative_id": pa.array(["r"] * n),
+    "dedup_cluster": pa.array(range(n), pa.int64()),
+    "distance": pa.array([0.1] * n, pa.float32()),
+})
+if mode == "stall":
+    real = os.fsync
+    def slow_fsync(fd):
+        print("in-fsync", flush=True)
+        time.sleep(60)
+        real(fd)
+    os.fsync = slow_fsync
+print("writing", flush=True)
+write_shard("similar", rows, out)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["stall", "big"])
+def test_sigkill_mid_write_leaves_no_visible_shard(mode, tmp_path):
+    out = tmp_path / "similar" / "part-00000.parquet"
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, mode, str(out)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        deadline = time.monotonic() + 60
+        # Kill as soon as the temporary file exists: mid-write ("big") or before the rename ("stall").
+        folder = tmp_path / "similar"
+        while not (folder.is_dir() and list(folder.glob(".*.tmp"))):
+            assert proc.poll() is None, "writer finished before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        if mode == "stall":
+            assert proc.stdout.readline().strip() == "in-fsync"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+    assert shard_paths(tmp_path / "similar") == []
+    assert read_table("similar", tmp_path / "similar").num_rows == 0
+    assert remove_partials(tmp_path / "similar") == 1
+    assert list((tmp_path / "similar").iterdir()) == []
+
+
+def test_catalog_has_a_typed_view_per_table(tmp_path):
+    write_shard("prompts", _rows(TABLES["prompts"], 4), tmp_path / "prompts" / "part-00000.parquet")
+    con = connect(tmp_path)
+    views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert set(TABLES) <= views
+    assert con.execute("SELECT count(*) FROM prompts").fetchone()[0] == 4
+    assert con.execute("SELECT count(*) FROM rejected").fetchone()[0] == 0
+    cols = [r[0] for r in con.execute("DESCRIBE rejected").fetchall()]
+    assert cols == TABLES["rejected"].names
