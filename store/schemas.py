@@ -79,6 +79,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("cluster_size", pa.int32(), nullable=False),
         pa.field("topic_cluster", pa.int32(), nullable=False),  # KMeans diversity cluster
         pa.field("n_tokens", pa.int32(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),  # reward / ppo / eval, by prompt-id hash
         doc="The filtered and deduplicated prompt pool (seed 000 §4.2, §3.1 level one).",
     ),
     # Near-duplicates that dedup set aside, each linked to its cluster's representative.
@@ -89,6 +90,27 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("dedup_cluster", pa.int64(), nullable=False),
         pa.field("distance", pa.float32(), nullable=False),  # cosine distance to representative
         doc="The similar library: near-duplicates of pool prompts (seed 000 §4.2).",
+    ),
+    # One row per rollout (seed 001 §3.2: prompt hash, response hash, final reward; §5.2: minimal
+    # logs, full text only in debug rollout mode). Partitioned by run, sorted by step.
+    "rollouts": _schema(
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_hash", pa.string(), nullable=False),
+        pa.field("response_hash", pa.string(), nullable=False),
+        pa.field("reward", pa.float32()),  # final scalar reward fed to PPO (null: skipped)
+        pa.field("scorer", pa.string(), nullable=False),  # light_rm / strong_rm / reused / fallback
+        pa.field("tier", pa.int8(), nullable=False),  # 0 probe, 1 policy + light RM, 2 escalated
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("response_tokens", pa.int32(), nullable=False),
+        pa.field("kl", pa.float32()),  # sum over response tokens of the per-token KL to reference
+        pa.field("flags", pa.list_(pa.string()), nullable=False),  # timeout, pruned, resampled, ...
+        pa.field("checkpoint_id", pa.string(), nullable=False),  # policy version that generated it
+        pa.field("created_at", _TS, nullable=False),
+        pa.field("prompt_text", pa.string()),  # debug rollout mode only
+        pa.field("response_text", pa.string()),  # debug rollout mode only
+        doc="Rollout provenance: one row per generated response.",
     ),
 }
 
