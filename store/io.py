@@ -52,15 +52,20 @@ def to_arrow(table: str, rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Tab
         raise ValueError(f"rows do not fit table {table!r}: {exc}") from exc
 
 
-def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder)."""
+def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path,
+                row_group_size: int | None = None) -> Path:
+    """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder).
+
+    `row_group_size` caps the rows per parquet row group: smaller groups let readers skip more
+    by their min/max statistics (the rollout store sorts by step for that); None = pyarrow's default.
+    """
     path = Path(path)
     data = to_arrow(table, rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, compression="zstd")
+            pq.write_table(data, fh, compression="zstd", row_group_size=row_group_size)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

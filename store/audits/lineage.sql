@@ -1,0 +1,57 @@
+-- What produced a checkpoint: per run of its ancestry, the steps, data versions, prompt sources,
+-- RM versions and rollouts that trained it.
+-- usage: rlhf audit lineage CHECKPOINT
+-- param: checkpoint VARCHAR : checkpoint_id to trace (list them: rlhf query "FROM checkpoints")
+-- Reads checkpoints, rollouts, pool and rm_scores. The ancestry is the chain of parent_id links
+-- (a run resumed or forked from another run's checkpoint continues that run's lineage). From
+-- each run in the chain, the rollouts up to the chain's last checkpoint of that run trained it.
+-- One row per (run, source type), oldest run first; an empty result means an unknown checkpoint.
+WITH RECURSIVE chain AS (
+    SELECT checkpoint_id, run_id, step, parent_id, data_version, 0 AS depth
+    FROM checkpoints
+    WHERE checkpoint_id = $checkpoint
+    UNION ALL
+    SELECT c.checkpoint_id, c.run_id, c.step, c.parent_id, c.data_version, chain.depth + 1
+    FROM checkpoints AS c
+    JOIN chain ON c.checkpoint_id = chain.parent_id
+    WHERE chain.depth < 100000  -- a parent_id cycle must not loop forever
+), segments AS (
+    SELECT run_id,
+           max(step) AS last_step,
+           max(depth) AS depth,
+           arg_max_null(parent_id, depth) AS started_from,
+           list_sort(list_distinct(list(data_version))) AS data_versions
+    FROM chain
+    GROUP BY run_id
+), per_prompt AS (
+    -- Summed per prompt first: the join to the pool is then one row per prompt, not per rollout.
+    SELECT r.run_id, r.prompt_id,
+           count(*) AS n, count(r.reward) AS n_scored, sum(r.reward) AS reward_sum,
+           min(r.step) AS first_step, max(r.step) AS last_step,
+           list_distinct(list(r.scorer)) AS scorers
+    FROM rollouts AS r
+    JOIN segments AS s ON r.run_id = s.run_id AND r.step <= s.last_step
+    GROUP BY r.run_id, r.prompt_id
+), rm_versions AS (
+    SELECT m.run_id, list_sort(list_distinct(list(m.rm_name || ':' || m.rm_version))) AS rm_versions
+    FROM rm_scores AS m
+    JOIN segments AS s ON m.run_id = s.run_id AND m.step <= s.last_step
+    GROUP BY m.run_id
+)
+SELECT s.run_id,
+       s.started_from,
+       min(p.first_step) AS first_step,
+       max(p.last_step) AS last_step,
+       s.data_versions,
+       coalesce(pool.source_type, '(not in pool)') AS source_type,
+       sum(p.n)::BIGINT AS rollouts,
+       count(*) AS prompts,
+       round(sum(p.reward_sum) / nullif(sum(p.n_scored), 0), 4) AS reward_mean,
+       list_sort(list_distinct(flatten(list(p.scorers)))) AS scorers,
+       coalesce(any_value(v.rm_versions), []) AS rm_versions
+FROM segments AS s
+JOIN per_prompt AS p USING (run_id)
+LEFT JOIN pool USING (prompt_id)
+LEFT JOIN rm_versions AS v ON v.run_id = s.run_id
+GROUP BY s.run_id, s.started_from, s.data_versions, s.depth, source_type
+ORDER BY s.depth DESC, source_type
