@@ -112,7 +112,7 @@ def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) 
         console.print(table)
         note = f"{len(rows)} row(s)"
         if more:
-            note += f" shown; more not shown (--limit N, or --format csv/jsonl/parquet --out FILE)"
+            note += " shown; more not shown (--limit N, or --format csv/jsonl/parquet --out FILE)"
         console.print(f"[dim]{note}[/]", highlight=False)
         return
     if fmt is Format.parquet and out is None:

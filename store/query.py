@@ -70,7 +70,11 @@ def check_sql(sql: str) -> str:
         except QueryRefused as exc:
             raise QueryRefused(f"EXPLAIN of a refused statement: {exc}") from None
         return sql
-    raise QueryRefused(f"{kind} statements are not allowed: read-only questions only "
+    # Name the statement as the user wrote it (DuckDB files INSTALL under LOAD, USE under SET).
+    words = statements[0].query.split(None, 1)
+    word = words[0].upper() if words and words[0].isalpha() else ""
+    label = word if word and word != "WITH" else kind
+    raise QueryRefused(f"{label} statements are not allowed: read-only questions only "
                        f"({ALLOWED})")
 
 
