@@ -53,11 +53,11 @@ def to_arrow(table: str, rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Tab
 
 
 def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path,
-                row_group_size: int | None = None) -> Path:
+                **parquet_options: Any) -> Path:
     """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder).
 
-    `row_group_size` caps the rows per parquet row group: smaller groups let readers skip more
-    by their min/max statistics (the rollout store sorts by step for that); None = pyarrow's default.
+    `parquet_options` go to `pyarrow.parquet.write_table` (e.g. `row_group_size`: smaller groups
+    let readers skip more by their min/max statistics, which the rollout store relies on).
     """
     path = Path(path)
     data = to_arrow(table, rows)
@@ -65,7 +65,7 @@ def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: 
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, compression="zstd", row_group_size=row_group_size)
+            pq.write_table(data, fh, **{"compression": "zstd", **parquet_options})
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

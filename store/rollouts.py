@@ -30,6 +30,12 @@ from rlhf.store.io import to_arrow, write_shard
 from rlhf.store.schemas import schema_for
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Columns unique per row (a dictionary would only add to them): stored plain.
+UNIQUE_COLUMNS = frozenset({"response_hash", "prompt_text", "response_text"})
+# Prompt ids repeat across a row group (50k distinct 64-character ids take ~3 MiB); pyarrow's
+# default 1 MiB dictionary page would fall back to plain strings, doubling the bytes per row and
+# the time DuckDB spends decoding and hashing them (bench/bench_query.py).
+DICTIONARY_PAGE_LIMIT = 16 << 20
 SHARD = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
 
 
@@ -62,7 +68,7 @@ class StepShardWriter:
 
     def __init__(self, table: str, directory: str | Path, run_id: str, *,
                  steps_per_bucket: int = 1000,
-                 rows_per_shard: int = 500_000, row_group_size: int = 65_536,
+                 rows_per_shard: int = 500_000, row_group_size: int = 262_144,
                  resume_after: int | None = None):
         if steps_per_bucket < 1 or rows_per_shard < 1 or row_group_size < 1:
             raise ValueError("steps_per_bucket, rows_per_shard and row_group_size must be >= 1")
@@ -99,10 +105,16 @@ class StepShardWriter:
                 kept = kept.filter(pc.less_equal(kept["step"], step))
                 new_last = pc.max(kept["step"]).as_py()
                 write_shard(self.table, kept, path.with_name(f"part-{first:09d}-{new_last:09d}.parquet"),
-                            row_group_size=self.row_group_size)
+                            **self._parquet_options())
             path.unlink()
 
     # Writing ------------------------------------------------------------------------------
+    def _parquet_options(self) -> dict[str, Any]:
+        names = schema_for(self.table).names
+        return {"row_group_size": self.row_group_size,
+                "use_dictionary": [n for n in names if n not in UNIQUE_COLUMNS],
+                "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT}
+
     def _bucket(self, step: int) -> int:
         return step // self.steps_per_bucket
 
@@ -154,7 +166,7 @@ class StepShardWriter:
         data = pa.concat_tables(self._buffer)
         path = (self.folder / f"step_bucket={self._bucket(first)}"
                 / f"part-{first:09d}-{last:09d}.parquet")
-        write_shard(self.table, data, path, row_group_size=self.row_group_size)
+        write_shard(self.table, data, path, **self._parquet_options())
         self.rows_written += data.num_rows
         self.last_written_step = last
         self._buffer, self._buffered_rows = [], 0

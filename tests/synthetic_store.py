@@ -3,6 +3,8 @@
 Prompts p1..p6 (+ p7, rolled out but not in the pool). Two PPO runs: run "a" (steps 1-4,
 checkpoints a-2 and a-4) and run "b", forked from a-2 (steps 3-4, checkpoint b-4). Every figure
 the audit tests expect can be re-derived by hand from the rows below.
+
+    python tests/synthetic_store.py /tmp/demo-store
 """
 
 from __future__ import annotations
@@ -122,3 +124,15 @@ def build(root: Path) -> Path:
          "rank": i % 3} for i, (ann, day, score) in enumerate(PREFERENCES)],
         root / "preferences" / "part-00000.parquet")
     return root
+
+
+if __name__ == "__main__":
+    # python tests/synthetic_store.py /tmp/demo-store   (the README's query examples use it)
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/synthetic_store.py OUT_DIR")
+    out = Path(sys.argv[1])
+    if out.exists() and any(out.iterdir()):
+        sys.exit(f"{out} is not empty; pick a new folder")
+    print(build(out))

@@ -71,6 +71,9 @@ def test_rewards(store):
     # run a, topic 0 = p1 (1, 5) + p4 (2, 0); topic 1 = p2 (3) + p6 (no reward)
     assert topics == {("a", 0): (4, 2.0), ("a", 1): (2, 3.0),
                       ("b", 0): (1, 2.0), ("b", 1): (1, 4.0), ("b", None): (1, 1.0)}
+    stds = {(r["run_id"], r["topic_cluster"]): r["reward_std"] for r in rows if r["breakdown"] == "topic"}
+    assert stds[("a", 0)] == 2.1602  # sample std of 1, 2, 5, 0 = sqrt(14 / 3)
+    assert stds[("a", 1)] is None  # one scored rollout: no spread
     # The default window (100) folds every step of these short runs into one row per bucket.
     default = audit(store, "rewards")
     assert {r["step_from"] for r in default if r["breakdown"] == "bucket x step"} == {0}

@@ -24,19 +24,23 @@ WITH RECURSIVE chain AS (
     FROM chain
     GROUP BY run_id
 ), per_prompt AS (
-    -- Summed per prompt first: the join to the pool is then one row per prompt, not per rollout.
-    SELECT r.run_id, r.prompt_id,
+    -- One pass over the rollouts, grouped per prompt and scorer: the join to the pool is then
+    -- one row per prompt, and no list is built per rollout (bench/bench_query.py).
+    SELECT r.run_id, r.prompt_id, r.scorer,
            count(*) AS n, count(r.reward) AS n_scored, sum(r.reward) AS reward_sum,
-           min(r.step) AS first_step, max(r.step) AS last_step,
-           list_distinct(list(r.scorer)) AS scorers
+           min(r.step) AS first_step, max(r.step) AS last_step
     FROM rollouts AS r
     JOIN segments AS s ON r.run_id = s.run_id AND r.step <= s.last_step
-    GROUP BY r.run_id, r.prompt_id
-), rm_versions AS (
-    SELECT m.run_id, list_sort(list_distinct(list(m.rm_name || ':' || m.rm_version))) AS rm_versions
+    GROUP BY ALL
+), rm_used AS (
+    SELECT m.run_id, m.rm_name, m.rm_version
     FROM rm_scores AS m
     JOIN segments AS s ON m.run_id = s.run_id AND m.step <= s.last_step
-    GROUP BY m.run_id
+    GROUP BY ALL
+), rm_versions AS (
+    SELECT run_id, list_sort(list(rm_name || ':' || rm_version)) AS rm_versions
+    FROM rm_used
+    GROUP BY run_id
 )
 SELECT s.run_id,
        s.started_from,
@@ -45,9 +49,9 @@ SELECT s.run_id,
        s.data_versions,
        coalesce(pool.source_type, '(not in pool)') AS source_type,
        sum(p.n)::BIGINT AS rollouts,
-       count(*) AS prompts,
+       count(DISTINCT p.prompt_id) AS prompts,
        round(sum(p.reward_sum) / nullif(sum(p.n_scored), 0), 4) AS reward_mean,
-       list_sort(list_distinct(flatten(list(p.scorers)))) AS scorers,
+       list_sort(list_distinct(list(p.scorer))) AS scorers,
        coalesce(any_value(v.rm_versions), []) AS rm_versions
 FROM segments AS s
 JOIN per_prompt AS p USING (run_id)

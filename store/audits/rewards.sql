@@ -9,14 +9,20 @@ WITH dims AS (
     SELECT pool.prompt_id, pool.topic_cluster, coalesce(difficulty.bucket, '(unscored)') AS bucket
     FROM pool
     LEFT JOIN difficulty USING (prompt_id)
-), scored AS (
+), cells AS (
+    -- One pass over the rollouts into (run, window, bucket, topic) cells of sums; the three
+    -- breakdowns are then grouped from the cells, not from the rollouts (bench/bench_query.py).
     SELECT r.run_id,
            r.step // $window * $window AS step_from,
            coalesce(dims.bucket, '(unscored)') AS difficulty_bucket,
            dims.topic_cluster,
-           r.reward
+           count(*) AS n,
+           count(r.reward) AS n_scored,
+           sum(r.reward::DOUBLE) AS s,
+           sum(r.reward::DOUBLE * r.reward::DOUBLE) AS ss
     FROM rollouts AS r
     LEFT JOIN dims USING (prompt_id)
+    GROUP BY ALL
 )
 SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step'
             WHEN grouping(difficulty_bucket) = 0 THEN 'bucket'
@@ -25,11 +31,13 @@ SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step'
        step_from,
        difficulty_bucket,
        topic_cluster,
-       count(*) AS rollouts,
-       count(reward) AS scored,
-       round(avg(reward), 4) AS reward_mean,
-       round(stddev_samp(reward), 4) AS reward_std
-FROM scored
+       sum(n)::BIGINT AS rollouts,
+       sum(n_scored)::BIGINT AS scored,
+       round(sum(s) / nullif(sum(n_scored), 0), 4) AS reward_mean,
+       -- sample standard deviation from the sums: (ss - s^2 / n) / (n - 1)
+       round(sqrt(greatest((sum(ss) - sum(s) * sum(s) / sum(n_scored))
+                           / nullif(sum(n_scored) - 1, 0), 0)), 4) AS reward_std
+FROM cells
 GROUP BY GROUPING SETS ((run_id, step_from, difficulty_bucket),
                         (run_id, difficulty_bucket),
                         (run_id, topic_cluster))
