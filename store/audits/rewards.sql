@@ -34,9 +34,10 @@ SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step'
        sum(n)::BIGINT AS rollouts,
        sum(n_scored)::BIGINT AS scored,
        round(sum(s) / nullif(sum(n_scored), 0), 4) AS reward_mean,
-       -- sample standard deviation from the sums: (ss - s^2 / n) / (n - 1)
-       round(sqrt(greatest((sum(ss) - sum(s) * sum(s) / sum(n_scored))
-                           / nullif(sum(n_scored) - 1, 0), 0)), 4) AS reward_std
+       -- sample standard deviation from the sums: sqrt((ss - s^2 / n) / (n - 1)), n > 1
+       CASE WHEN sum(n_scored) > 1
+            THEN round(sqrt(greatest((sum(ss) - sum(s) * sum(s) / sum(n_scored))
+                                     / (sum(n_scored) - 1), 0)), 4) END AS reward_std
 FROM cells
 GROUP BY GROUPING SETS ((run_id, step_from, difficulty_bucket),
                         (run_id, difficulty_bucket),
