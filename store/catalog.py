@@ -86,6 +86,8 @@ def connect(root: str | Path, tables: list[str] | None = None,
     root = Path(root)
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
+    # No progress bar: it would print into `rlhf query --format csv` output on a long query.
+    con.execute("SET enable_progress_bar = false")
     for name in tables or list(TABLES):
         directory = root / name
         ident = _quote_ident(name)

@@ -110,9 +110,12 @@ class StepShardWriter:
 
     # Writing ------------------------------------------------------------------------------
     def _parquet_options(self) -> dict[str, Any]:
-        names = schema_for(self.table).names
+        # Dictionaries for repeated values (ids, names, steps, tiers); not for per-row-unique
+        # hashes and texts, nor for floats (rewards, KL), where they only slow decoding.
+        fields = schema_for(self.table)
         return {"row_group_size": self.row_group_size,
-                "use_dictionary": [n for n in names if n not in UNIQUE_COLUMNS],
+                "use_dictionary": [f.name for f in fields if f.name not in UNIQUE_COLUMNS
+                                   and not pa.types.is_floating(f.type)],
                 "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT}
 
     def _bucket(self, step: int) -> int:

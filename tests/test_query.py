@@ -235,6 +235,8 @@ def test_locked_connection_holds_without_the_gate(store, tmp_path):
     """Defence in depth: the configuration alone stops what the gate would have stopped."""
     con = connect(store, locked=True)
     assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (9,)  # views still work
+    # No progress bar may print into a CSV on stdout.
+    assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
     leak = tmp_path / "leak.csv"
     for sql in [f"COPY (SELECT 1) TO '{leak}'", f"ATTACH '{tmp_path}/x.duckdb'",
                 "INSTALL httpfs", "LOAD httpfs", "SELECT * FROM read_csv('/etc/passwd')",

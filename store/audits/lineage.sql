@@ -33,14 +33,17 @@ WITH RECURSIVE chain AS (
     JOIN segments AS s ON r.run_id = s.run_id AND r.step <= s.last_step
     GROUP BY ALL
 ), rm_used AS (
-    SELECT m.run_id, m.rm_name, m.rm_version
-    FROM rm_scores AS m
-    JOIN segments AS s ON m.run_id = s.run_id AND m.step <= s.last_step
+    -- Each RM version's first step per run (a cheap grouping on short, repeated names); the
+    -- versions that scored within the segment are those that started before its last step.
+    SELECT run_id, rm_name, rm_version, min(step) AS first_step
+    FROM rm_scores
+    WHERE run_id IN (SELECT run_id FROM segments)
     GROUP BY ALL
 ), rm_versions AS (
-    SELECT run_id, list_sort(list(rm_name || ':' || rm_version)) AS rm_versions
-    FROM rm_used
-    GROUP BY run_id
+    SELECT u.run_id, list_sort(list(u.rm_name || ':' || u.rm_version)) AS rm_versions
+    FROM rm_used AS u
+    JOIN segments AS s ON u.run_id = s.run_id AND u.first_step <= s.last_step
+    GROUP BY u.run_id
 )
 SELECT s.run_id,
        s.started_from,
