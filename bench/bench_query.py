@@ -5,8 +5,10 @@ same RolloutWriter the PPO trainer uses): 50k pool prompts from three source typ
 clusters, four PPO runs of 1,000 rollouts a step (10,000 steps in all; two runs forked from
 another's checkpoint), one RM score per scored rollout, checkpoints every 100 steps, 200k
 annotator labels. Then runs every audit through the locked connection and the statement gate
-(`rlhf audit`'s own path), and reports the best and the first of `--repeat` timings, the files
-and row groups DuckDB scanned, and the store's size.
+(`rlhf audit`'s own path), and reports the first and the best of `--repeat` wall-clock timings,
+the process CPU seconds of the best run (all DuckDB threads; on a shared machine, CPU seconds /
+threads estimates the wall time on idle cores), the files and row groups DuckDB scanned, and the
+store's size.
 
     .venv/bin/python bench/bench_query.py                    # 10M rows under artifacts/bench/store
     .venv/bin/python bench/bench_query.py --rows 1000000     # smaller
@@ -181,6 +183,8 @@ def folder_bytes(path: Path) -> int:
 
 
 AUDIT_ARGS = {"lineage": ["r3-6000"]}
+NARROW = ("SELECT count(*) AS rollouts, avg(reward) AS reward FROM rollouts "
+          "WHERE run_id = 'r2' AND step BETWEEN 3000 AND 3099")
 
 
 def files_of(store: Path, table: str) -> int:
@@ -232,19 +236,24 @@ def main() -> None:
           f"{size / n_rows:.1f} bytes per rollout row")
     print(f"rm_scores: {folder_bytes(args.store / 'rm_scores') / 2**20:.1f} MiB; "
           f"DuckDB threads={threads}; cpus={os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'audit':<11} {'rows out':>8} {'first s':>8} {'best s':>8}  scanned (rollouts / rm_scores)")
-    for audit in list_audits():
-        params = audit.bind(AUDIT_ARGS.get(audit.name, []))
-        times, out_rows = [], 0
+    print(f"{'audit':<11} {'rows out':>8} {'first s':>8} {'best s':>8} {'cpu s':>6}  "
+          "scanned (rollouts / rm_scores)")
+    # A narrow question first (one run, 100 steps): what the partitions and the step sort prune.
+    jobs = [("narrow", NARROW, {})] + [(a.name, a.sql, a.bind(AUDIT_ARGS.get(a.name, [])))
+                                       for a in list_audits()]
+    for name, sql, params in jobs:
+        times, cpus, out_rows = [], [], 0
         for _ in range(args.repeat):
             con = connect(args.store, locked=True)  # fresh connection: no cached metadata
-            t = time.perf_counter()
-            out_rows = len(run_sql(con, audit.sql, params).fetchall())
+            t, c = time.perf_counter(), time.process_time()
+            out_rows = len(run_sql(con, sql, params).fetchall())
             times.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
         scan_txt = "; ".join(f"{t}: files {f}/{files_of(args.store, t)}, row groups {g}, "
-                             f"{n:,} rows" for t, f, g, n in scans(con, audit.sql, params)
+                             f"{n:,} rows" for t, f, g, n in scans(con, sql, params)
                              if t in ("rollouts", "rm_scores"))
-        print(f"{audit.name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f}  {scan_txt}")
+        print(f"{name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f} "
+              f"{cpus[times.index(min(times))]:>6.2f}  {scan_txt}", flush=True)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ def test_lineage_of_a_forked_checkpoint(store):
     assert {r["run_id"]: r["data_versions"] for r in rows} == {"a": ["v1"], "b": ["v2"]}
     assert {r["run_id"]: r["rm_versions"] for r in rows} == {
         "a": ["light_rm:v1", "strong_rm:s1"], "b": ["light_rm:v2", "strong_rm:s1"]}
-    assert rows[-1]["scorers"] == ["light_rm", "strong_rm"]
+    scorers = [(r["by_light_rm"], r["by_strong_rm"], r["reused"], r["other_scorer"]) for r in rows]
+    assert scorers == [(1, 1, 0, 0), (0, 0, 1, 0), (1, 0, 0, 0), (1, 0, 0, 0), (1, 1, 0, 0)]
 
 
 def test_lineage_within_one_run(store):

@@ -1,5 +1,5 @@
 -- What produced a checkpoint: per run of its ancestry, the steps, data versions, prompt sources,
--- RM versions and rollouts that trained it.
+-- rollouts (by scorer: light RM, strong RM, reused, other) and RM versions that trained it.
 -- usage: rlhf audit lineage CHECKPOINT
 -- param: checkpoint VARCHAR : checkpoint_id to trace (list them: rlhf query "FROM checkpoints")
 -- Reads checkpoints, rollouts, pool and rm_scores. The ancestry is the chain of parent_id links
@@ -24,11 +24,15 @@ WITH RECURSIVE chain AS (
     FROM chain
     GROUP BY run_id
 ), per_prompt AS (
-    -- One pass over the rollouts, grouped per prompt and scorer: the join to the pool is then
-    -- one row per prompt, and no list is built per rollout (bench/bench_query.py).
-    SELECT r.run_id, r.prompt_id, r.scorer,
+    -- One pass over the rollouts, grouped per prompt: the join to the pool is then one row per
+    -- prompt, and scorers are counted, not listed, per rollout (bench/bench_query.py).
+    SELECT r.run_id, r.prompt_id,
            count(*) AS n, count(r.reward) AS n_scored, sum(r.reward) AS reward_sum,
-           min(r.step) AS first_step, max(r.step) AS last_step
+           min(r.step) AS first_step, max(r.step) AS last_step,
+           count(*) FILTER (WHERE r.scorer = 'light_rm') AS light_rm,
+           count(*) FILTER (WHERE r.scorer = 'strong_rm') AS strong_rm,
+           count(*) FILTER (WHERE r.scorer = 'reused') AS reused,
+           count(*) FILTER (WHERE r.scorer NOT IN ('light_rm', 'strong_rm', 'reused')) AS other
     FROM rollouts AS r
     JOIN segments AS s ON r.run_id = s.run_id AND r.step <= s.last_step
     GROUP BY ALL
@@ -52,9 +56,12 @@ SELECT s.run_id,
        s.data_versions,
        coalesce(pool.source_type, '(not in pool)') AS source_type,
        sum(p.n)::BIGINT AS rollouts,
-       count(DISTINCT p.prompt_id) AS prompts,
+       count(*) AS prompts,
        round(sum(p.reward_sum) / nullif(sum(p.n_scored), 0), 4) AS reward_mean,
-       list_sort(list_distinct(list(p.scorer))) AS scorers,
+       sum(p.light_rm)::BIGINT AS by_light_rm,
+       sum(p.strong_rm)::BIGINT AS by_strong_rm,
+       sum(p.reused)::BIGINT AS reused,
+       sum(p.other)::BIGINT AS other_scorer,
        coalesce(any_value(v.rm_versions), []) AS rm_versions
 FROM segments AS s
 JOIN per_prompt AS p USING (run_id)
