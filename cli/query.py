@@ -98,8 +98,6 @@ def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) 
     import pyarrow.parquet as pq
 
     if fmt is Format.table:
-        if out is not None:
-            fail("--out needs --format csv, jsonl or parquet")
         shown = limit if limit is not None else DISPLAY_ROWS
         batches, more, schema = _batches(reader, shown)
         rows = pa.Table.from_batches(batches, schema=schema).to_pylist()
@@ -115,8 +113,6 @@ def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) 
             note += " shown; more not shown (--limit N, or --format csv/jsonl/parquet --out FILE)"
         console.print(f"[dim]{note}[/]", highlight=False)
         return
-    if fmt is Format.parquet and out is None:
-        fail("--format parquet needs --out FILE")
     batches, _, schema = _batches(reader, limit)
     n = sum(b.num_rows for b in batches)
     if fmt is Format.parquet:
@@ -151,6 +147,10 @@ def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out:
 
     from rlhf.store.query import QueryRefused, open_store, run_sql
 
+    if fmt is Format.table and out is not None:
+        fail("--out needs --format csv, jsonl or parquet")
+    if fmt is Format.parquet and out is None and not explain:
+        fail("--format parquet needs --out FILE")
     try:
         con = open_store(store)
         relation = run_sql(con, sql, params, explain=explain)

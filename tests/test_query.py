@@ -75,6 +75,9 @@ def test_jsonl_keeps_types(store):
 def test_parquet_needs_out_and_round_trips(store, tmp_path):
     result = rlhf("query", "FROM pool", "--store", str(store), "--format", "parquet")
     assert result.exit_code == 2 and "--out" in result.output
+    result = rlhf("query", "FROM pool", "--store", str(store), "--out", str(tmp_path / "t.txt"))
+    assert result.exit_code == 2 and "--out needs --format" in result.output
+    assert not (tmp_path / "t.txt").exists()
     target = tmp_path / "pool.parquet"
     _ok(rlhf("query", "FROM pool ORDER BY prompt_id", "--store", str(store), "-f", "parquet",
              "-o", str(target)))
