@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli import query as query_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -41,6 +42,9 @@ def params_check(
 
 
 app.command("doctor")(doctor_cmd.doctor)
+app.command("query")(query_cmd.query)
+app.command("tables")(query_cmd.tables)
+app.command("audit")(query_cmd.audit)
 
 
 def main() -> None:

@@ -1,7 +1,14 @@
 """A DuckDB connection with one view per store table over its shard glob.
 
 The store root holds one folder per table (`<root>/<table>/**/*.parquet`); a table with no
-shards yet still gets a view, empty but typed, so queries written today keep working.
+shards yet still gets a view, empty but typed, so queries written today keep working. A table
+folder with hive partitions (`rollouts/run_id=<id>/step_bucket=<k>/part-*.parquet`, see
+store/rollouts.py) is read with `hive_partitioning`, so a filter on `run_id` skips whole folders;
+partition keys that are not columns of the table's schema (`step_bucket`) stay out of the view.
+
+`connect(root, locked=True)` is what `rlhf query` and `rlhf audit` use: once the views exist,
+DuckDB may read files under the store root only (no other file, no network), may not install or
+load extensions, and its configuration is locked so no statement can undo that.
 
     python -c "from rlhf.store.catalog import connect; print(connect('artifacts/store').sql('SHOW TABLES'))"
 """
@@ -24,19 +31,87 @@ def _quote_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def connect(root: str | Path, tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with a view per table under `root` (all tables by default)."""
+def partition_keys(directory: Path, shards: list[Path]) -> list[str]:
+    """Hive partition keys (`key=value` folder names) between `directory` and its shards."""
+    keys: list[str] = []
+    for shard in shards:
+        for part in shard.relative_to(directory).parts[:-1]:
+            key = part.split("=", 1)[0] if "=" in part else None
+            if key and key not in keys:
+                keys.append(key)
+    return keys
+
+
+def _duckdb_types(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[str, str]]:
+    """(column, DuckDB type) of `name`'s schema, as DuckDB itself maps the Arrow types."""
+    helper = f"__schema_{name}"
+    con.register(helper, TABLES[name].empty_table())
+    try:
+        return [(row[0], row[1]) for row in con.execute(f"DESCRIBE {_quote_ident(helper)}").fetchall()]
+    finally:
+        con.unregister(helper)
+
+
+def _empty_view_sql(types: list[tuple[str, str]]) -> str:
+    """`SELECT NULL::type AS col, ... WHERE false`: an empty view typed like the schema.
+
+    A plain SQL view (rather than a registered Arrow table) keeps no Python object alive, shows
+    no helper name in SHOW TABLES, and works unchanged once external access is off.
+    """
+    cols = ", ".join(f"CAST(NULL AS {ctype}) AS {_quote_ident(col)}" for col, ctype in types)
+    return f"SELECT * FROM (SELECT {cols}) WHERE false"
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, root: str | Path) -> None:
+    """Read-only-to-the-store mode: files under `root` only, no extensions, configuration locked.
+
+    Defence in depth under `rlhf query`'s statement gate (store/query.py): even a statement that
+    got past the gate could not read /etc/passwd, fetch a URL, ATTACH a file or LOAD an extension.
+    """
+    allowed = str(Path(root).resolve()) + "/"  # trailing slash: `<root>2/` is not a prefix match
+    con.execute(f"SET allowed_directories = [{_quote_str(allowed)}]")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def connect(root: str | Path, tables: list[str] | None = None,
+            locked: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with a view per table under `root` (all tables by default).
+
+    `locked=True` then calls `lock_down`: the views keep working, nothing else outside `root` can
+    be read, and the settings cannot be changed back.
+    """
     root = Path(root)
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    # No progress bar: it would print into `rlhf query --format csv` output on a long query.
+    con.execute("SET enable_progress_bar = false")
     for name in tables or list(TABLES):
         directory = root / name
         ident = _quote_ident(name)
-        if shard_paths(directory):
+        shards = shard_paths(directory)
+        types = _duckdb_types(con, name)
+        if shards:
             glob = _quote_str(str(directory.resolve() / "**" / "*.parquet"))
-            con.execute(
-                f"CREATE VIEW {ident} AS SELECT * FROM read_parquet({glob}, union_by_name = true)"
-            )
+            keys = partition_keys(directory, shards)
+            options = "union_by_name = true"
+            select = "*"
+            if keys:
+                # The folder name's value wins over the file's column, so give it the schema's
+                # type (a run_id "0042" must stay VARCHAR); other keys stay out of the view.
+                typed = {col: ctype for col, ctype in types if col in keys}
+                hive_types = ", ".join(f"{_quote_str(c)}: {_quote_str(t)}" for c, t in typed.items())
+                options += ", hive_partitioning = true, hive_types_autocast = false"
+                if hive_types:
+                    options += f", hive_types = {{{hive_types}}}"
+                extra = [k for k in keys if k not in typed]
+                if extra:
+                    select = f"* EXCLUDE ({', '.join(_quote_ident(k) for k in extra)})"
+            con.execute(f"CREATE VIEW {ident} AS SELECT {select} FROM read_parquet({glob}, {options})")
         else:
-            con.register(f"__empty_{name}", TABLES[name].empty_table())
-            con.execute(f"CREATE VIEW {ident} AS SELECT * FROM {_quote_ident('__empty_' + name)}")
+            con.execute(f"CREATE VIEW {ident} AS {_empty_view_sql(types)}")
+    if locked:
+        lock_down(con, root)
     return con

@@ -52,15 +52,20 @@ def to_arrow(table: str, rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Tab
         raise ValueError(f"rows do not fit table {table!r}: {exc}") from exc
 
 
-def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder)."""
+def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path,
+                **parquet_options: Any) -> Path:
+    """Write one shard atomically (temp file in the same folder, fsync, rename, fsync folder).
+
+    `parquet_options` go to `pyarrow.parquet.write_table` (e.g. `row_group_size`: smaller groups
+    let readers skip more by their min/max statistics, which the rollout store relies on).
+    """
     path = Path(path)
     data = to_arrow(table, rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, compression="zstd")
+            pq.write_table(data, fh, **{"compression": "zstd", **parquet_options})
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -112,6 +112,75 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("response_text", pa.string()),  # debug rollout mode only
         doc="Rollout provenance: one row per generated response.",
     ),
+    # The tables below are minimal drafts that the query layer and its audits read (issue 7);
+    # the stages that write them (preferences, reward, difficulty, ppo) may extend them.
+    #
+    # Annotator labels, one row per (label event, response): k >= 3 responses per prompt, scored
+    # and ranked (seed 000 §3.4); `annotator_id` + `labeled_at` let the `annotators` audit follow
+    # label drift over time (seed 001 §3.1, "annotation pollution").
+    "preferences": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("response_hash", pa.string(), nullable=False),  # content_hash(response)
+        pa.field("response", pa.string(), nullable=False),
+        pa.field("annotator_id", pa.string(), nullable=False),
+        pa.field("labeled_at", _TS, nullable=False),
+        pa.field("score", pa.float32(), nullable=False),  # 0-5 scale
+        pa.field("rank", pa.int32(), nullable=False),  # 0 = best among the prompt's responses
+        doc="Annotator preference labels: scored and ranked responses per prompt.",
+    ),
+    # Difficulty per pool prompt (seed 000 §4.2): length, logprob spread and RM score combined
+    # into a 0-10 score, bucketed low (0-3) / mid (4-6) / high (7-10).
+    "difficulty": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("difficulty", pa.float32(), nullable=False),  # 0-10
+        pa.field("bucket", pa.string(), nullable=False),  # low / mid / high
+        pa.field("response_tokens", pa.float32()),  # mean generated length of the baseline
+        pa.field("logprob_std", pa.float32()),
+        pa.field("rm_score", pa.float32()),
+        doc="Prompt difficulty score 0-10 and its bucket (seed 000 §4.2).",
+    ),
+    # Every reward-model score given during PPO: the RM's confidence gates the sample and feeds
+    # the fine-tune queue (seed 000 §3.4, confidence < 0.6); escalation is Level-2 (seed 001 §4.1).
+    "rm_scores": _schema(
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("response_hash", pa.string(), nullable=False),
+        pa.field("rm_name", pa.string(), nullable=False),  # strong_rm / light_rm / ensemble member
+        pa.field("rm_version", pa.string(), nullable=False),  # checkpoint id of the RM
+        pa.field("score", pa.float32(), nullable=False),
+        pa.field("confidence", pa.float32(), nullable=False),  # 0-1, from the logits' entropy
+        pa.field("escalated", pa.bool_(), nullable=False),  # sent to Level-2 (strong RM / human)
+        pa.field("queued", pa.bool_(), nullable=False),  # added to the RM fine-tune queue
+        pa.field("scored_at", _TS, nullable=False),
+        doc="Reward-model scores with confidence, escalations and fine-tune queueing.",
+    ),
+    # One row per saved policy checkpoint: what `rlhf audit lineage CHECKPOINT` starts from.
+    "checkpoints": _schema(
+        pa.field("checkpoint_id", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),  # last PPO step folded into the weights
+        pa.field("parent_id", pa.string()),  # checkpoint it started or resumed from (null: SFT)
+        pa.field("data_version", pa.string(), nullable=False),  # version (hash) of the prompt pool
+        pa.field("params_hash", pa.string()),  # hash of the ppo params section
+        pa.field("path", pa.string()),  # save_pretrained folder, relative to the artifacts root
+        pa.field("created_at", _TS, nullable=False),
+        doc="Policy checkpoints and their parents (the lineage audit walks them).",
+    ),
+    # Training metrics, one row per logged step (seed 000 §4.4: the six metrics, every 10 steps).
+    "train_metrics": _schema(
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("rollout_success", pa.float32()),
+        pa.field("rew_mean", pa.float32()),
+        pa.field("rew_std", pa.float32()),
+        pa.field("kl_div", pa.float32()),
+        pa.field("clip_ratio", pa.float32()),
+        pa.field("critic_loss", pa.float32()),
+        pa.field("entropy", pa.float32()),
+        pa.field("logged_at", _TS, nullable=False),
+        doc="PPO training metrics per logged step (seed 000 §4.4).",
+    ),
 }
 
 

@@ -1,0 +1,253 @@
+"""`rlhf query`, `rlhf tables`, `rlhf audit`: read-only SQL over the store, and the named audits.
+
+    rlhf tables
+    rlhf query "SELECT source_type, count(*) FROM prompts GROUP BY ALL"
+    rlhf query "FROM rollouts WHERE run_id = 'ppo-0001'" --format parquet --out r.parquet
+    rlhf audit                      # lists the audits
+    rlhf audit lineage CHECKPOINT
+
+Statements go through store/query.py's gate and a locked DuckDB connection (store/catalog.py);
+a refused or failing query is an `error:` line and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import enum
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlhf.cli.common import fail
+
+DISPLAY_ROWS = 100  # rows a rich table shows when no --limit is given
+STORE_HELP = "Store root: one folder of parquet shards per table."
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "[dim]NULL[/]"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _flat_for_csv(batch):
+    """CSV cannot hold lists or structs: such columns become JSON text."""
+    import pyarrow as pa
+
+    columns = []
+    for col in batch.columns:
+        if pa.types.is_nested(col.type):
+            col = pa.array([None if v is None else json.dumps(v, default=_json_default,
+                                                              ensure_ascii=False)
+                            for v in col.to_pylist()], pa.string())
+        columns.append(col)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _batches(reader, limit: int | None):
+    """Record batches of the result, cut at `limit` rows; then whether rows were left over."""
+    taken = 0
+    out = []
+    more = False
+    for batch in reader:
+        if limit is not None and taken + batch.num_rows > limit:
+            out.append(batch.slice(0, limit - taken))
+            more = True
+            break
+        out.append(batch)
+        taken += batch.num_rows
+    return out, more, reader.schema
+
+
+def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) -> None:
+    """Write the result in `fmt` to `out` (or stdout); the rich table caps rows at DISPLAY_ROWS."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if fmt is Format.table:
+        shown = limit if limit is not None else DISPLAY_ROWS
+        batches, more, schema = _batches(reader, shown)
+        rows = pa.Table.from_batches(batches, schema=schema).to_pylist()
+        table = Table(title=title, show_lines=False, title_justify="left")
+        for field in schema:
+            table.add_column(field.name, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(row[name]) for name in schema.names))
+        console = Console(width=max(Console().width, 100))
+        console.print(table)
+        note = f"{len(rows)} row(s)"
+        if more:
+            note += " shown; more not shown (--limit N, or --format csv/jsonl/parquet --out FILE)"
+        console.print(f"[dim]{note}[/]", highlight=False)
+        return
+    batches, _, schema = _batches(reader, limit)
+    n = sum(b.num_rows for b in batches)
+    if fmt is Format.parquet:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_batches(batches, schema=schema), out, compression="zstd")
+    elif fmt is Format.csv:
+        buf = io.BytesIO()
+        flat = [_flat_for_csv(b) for b in batches or [pa.RecordBatch.from_pylist([], schema=schema)]]
+        pacsv.write_csv(pa.Table.from_batches(flat), buf)
+        _write_text(buf.getvalue().decode("utf-8"), out)
+    else:
+        lines = [json.dumps(row, default=_json_default, ensure_ascii=False)
+                 for b in batches for row in b.to_pylist()]
+        _write_text("".join(line + "\n" for line in lines), out)
+    if out is not None:
+        Console(stderr=True).print(f"wrote {n} row(s) to {out}", highlight=False)
+
+
+def _write_text(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+
+
+def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out: Path | None,
+         limit: int | None, explain: bool, title: str) -> None:
+    """Open the locked store, gate and run `sql`, print the result; every failure is `fail`."""
+    import duckdb
+
+    from rlhf.store.query import QueryRefused, open_store, run_sql
+
+    if fmt is Format.table and out is not None:
+        fail("--out needs --format csv, jsonl or parquet")
+    if fmt is Format.parquet and out is None and not explain:
+        fail("--format parquet needs --out FILE")
+    try:
+        con = open_store(store)
+        relation = run_sql(con, sql, params, explain=explain)
+        if explain:
+            typer.echo("\n".join(str(row[-1]) for row in relation.fetchall()))
+            return
+        reader = relation.to_arrow_reader(8192)
+        _emit(reader, fmt, out, limit, title)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    except QueryRefused as exc:
+        fail(f"refused: {exc}")
+    except duckdb.PermissionException as exc:
+        fail(f"refused: queries may read only the store ({store}); {exc}")
+    except duckdb.Error as exc:
+        fail(f"query failed: {exc}")
+    except OSError as exc:
+        fail(f"cannot write the output: {exc}")
+
+
+def query(
+    sql: str = typer.Argument(..., help="One read-only statement: SELECT / WITH / VALUES / "
+                              "DESCRIBE / SHOW / SUMMARIZE / EXPLAIN."),
+    store: Path = typer.Option(Path("artifacts/store"), "--store", help=STORE_HELP),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file (csv/jsonl/parquet)."),
+    explain: bool = typer.Option(False, "--explain", help="Show DuckDB's plan instead of rows."),
+    limit: int | None = typer.Option(None, "--limit", "-n", min=1,
+                                     help=f"At most N rows (a table shows {DISPLAY_ROWS} by default)."),
+) -> None:
+    """Ask the store a question in SQL (DuckDB, one view per table; see `rlhf tables`)."""
+    _run(store, sql, None, fmt, out, limit, explain, title="")
+
+
+def tables(
+    store: Path = typer.Option(Path("artifacts/store"), "--store", help=STORE_HELP),
+) -> None:
+    """List every view `rlhf query` can read, with its row count, columns and types."""
+    import duckdb
+
+    from rlhf.store.query import QueryRefused, open_store
+    from rlhf.store.schemas import TABLES
+
+    try:
+        con = open_store(store)
+        names = [r[0] for r in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY view_name").fetchall()]
+        order = [n for n in TABLES if n in names] + [n for n in names if n not in TABLES]
+        table = Table(title=f"store views ({store})", show_lines=True, title_justify="left")
+        table.add_column("view", style="bold")
+        table.add_column("rows", justify="right")
+        table.add_column("columns")
+        table.add_column("about")
+        for name in order:
+            ident = '"' + name.replace('"', '""') + '"'
+            cols = con.execute(f"DESCRIBE {ident}").fetchall()
+            count = con.execute(f"SELECT count(*) FROM {ident}").fetchone()[0]
+            doc = (TABLES[name].metadata or {}).get(b"doc", b"").decode() if name in TABLES else ""
+            table.add_row(name, f"{count:,}", "\n".join(f"{c[0]} [dim]{c[1]}[/]" for c in cols), doc)
+        Console(width=max(Console().width, 120)).print(table)
+    except (FileNotFoundError, QueryRefused) as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        fail(f"cannot read the store: {exc}")
+
+
+def audit(
+    name: str | None = typer.Argument(None, help="Audit name; omit to list the audits."),
+    args: list[str] | None = typer.Argument(None, help="The audit's parameters, in order."),
+    store: Path = typer.Option(Path("artifacts/store"), "--store", help=STORE_HELP),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file (csv/jsonl/parquet)."),
+    limit: int | None = typer.Option(None, "--limit", "-n", min=1,
+                                     help=f"At most N rows (a table shows {DISPLAY_ROWS} by default)."),
+    explain: bool = typer.Option(False, "--explain", help="Show DuckDB's plan instead of rows."),
+    show_sql: bool = typer.Option(False, "--sql", help="Print the audit's SQL file and exit."),
+) -> None:
+    """Run a named provenance audit: a SQL file shipped in rlhf/store/audits/ (read it with --sql)."""
+    from rlhf.store.query import QueryRefused, get_audit, list_audits
+
+    if name is None:
+        table = Table(title="audits (rlhf audit NAME [ARGS]; --sql shows the SQL)",
+                      title_justify="left")
+        table.add_column("usage", style="bold")
+        table.add_column("what it answers")
+        for a in list_audits():
+            table.add_row(a.usage(), a.summary)
+        Console(width=max(Console().width, 100)).print(table)
+        return
+    try:
+        chosen = get_audit(name)
+        if show_sql:
+            typer.echo(chosen.sql, nl=False)
+            return
+        params = chosen.bind(list(args or []))
+    except QueryRefused as exc:
+        fail(str(exc))
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    _run(store, chosen.sql, params, fmt, out, limit, explain,
+         title=f"audit {chosen.name}{' (' + shown + ')' if shown else ''}: {chosen.summary}")

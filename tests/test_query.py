@@ -1,0 +1,253 @@
+"""`rlhf query` and `rlhf tables`: output formats, clear errors, and a test per attack."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import synthetic_store
+from rlhf.cli.app import app
+from rlhf.store.catalog import connect
+from rlhf.store.query import QueryRefused, check_sql
+from rlhf.store.schemas import TABLES
+
+runner = CliRunner()
+WIDE = {"COLUMNS": "250"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return synthetic_store.build(tmp_path_factory.mktemp("q") / "store")
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def rlhf(*args: str):
+    return runner.invoke(app, list(args), env=WIDE)
+
+
+def _ok(result):
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    return result.output
+
+
+# Formats ----------------------------------------------------------------------------------
+
+def test_default_rich_table(store):
+    out = _ok(rlhf("query", "SELECT source_type, count(*) AS n FROM prompts GROUP BY ALL "
+                   "ORDER BY source_type", "--store", str(store)))
+    lines = [line for line in out.splitlines() if "│" in line]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines]
+    assert cells == [["human", "3"], ["open_dataset", "1"], ["user_query", "2"]]
+    assert "3 row(s)" in out
+
+
+def test_csv_to_stdout_and_file(store, tmp_path):
+    sql = "SELECT prompt_id, reasons FROM rejected ORDER BY source_line, source_file"
+    out = _ok(rlhf("query", sql, "--store", str(store), "--format", "csv"))
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["prompt_id"] for r in rows] == ["x3", "", "x1", "x2"]
+    assert json.loads(rows[3]["reasons"]) == ["email", "phone"]  # lists become JSON text
+    target = tmp_path / "sub" / "rejected.csv"
+    _ok(rlhf("query", sql, "--store", str(store), "-f", "csv", "--out", str(target)))
+    assert list(csv.DictReader(target.open())) == rows
+
+
+def test_jsonl_keeps_types(store):
+    out = _ok(rlhf("query", "SELECT run_id, step, reward, flags, created_at FROM rollouts "
+                   "WHERE run_id = 'b' ORDER BY step, prompt_id", "--store", str(store),
+                   "--format", "jsonl"))
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["step"], r["reward"]) for r in rows] == [(3, 2.0), (3, 1.0), (4, 4.0)]
+    assert rows[0]["flags"] == [] and rows[0]["created_at"].startswith("2026-01-01T09:03:00")
+
+
+def test_parquet_needs_out_and_round_trips(store, tmp_path):
+    result = rlhf("query", "FROM pool", "--store", str(store), "--format", "parquet")
+    assert result.exit_code == 2 and "--out" in result.output
+    result = rlhf("query", "FROM pool", "--store", str(store), "--out", str(tmp_path / "t.txt"))
+    assert result.exit_code == 2 and "--out needs --format" in result.output
+    assert not (tmp_path / "t.txt").exists()
+    target = tmp_path / "pool.parquet"
+    _ok(rlhf("query", "FROM pool ORDER BY prompt_id", "--store", str(store), "-f", "parquet",
+             "-o", str(target)))
+    table = pq.read_table(target)
+    assert table.column("prompt_id").to_pylist() == ["p1", "p2", "p4", "p6"]
+    assert table.schema.field("topic_cluster").type == TABLES["pool"].field("topic_cluster").type
+
+
+def test_limit_and_display_cap(store):
+    out = _ok(rlhf("query", "SELECT range AS i FROM range(1000)", "--store", str(store)))
+    assert "100 row(s) shown; more not shown" in out
+    out = _ok(rlhf("query", "SELECT range AS i FROM range(1000)", "--store", str(store),
+                   "-f", "jsonl", "--limit", "7"))
+    assert [json.loads(x)["i"] for x in out.splitlines()] == list(range(7))
+    out = _ok(rlhf("query", "SELECT range AS i FROM range(1000)", "--store", str(store),
+                   "-f", "jsonl"))
+    assert len(out.splitlines()) == 1000  # files and pipes are not capped
+
+
+def test_explain_shows_pruning(store):
+    out = _ok(rlhf("query", "SELECT count(*) FROM rollouts WHERE run_id = 'a'", "--store",
+                   str(store), "--explain"))
+    assert "READ_PARQUET" in out
+    out = _ok(rlhf("query", "EXPLAIN ANALYZE SELECT count(*) FROM rollouts WHERE run_id = 'a' "
+                   "AND step >= 3", "--store", str(store), "-f", "csv"))
+    # The hive folders prune run b's files; the step sort prunes row groups (store/rollouts.py).
+    assert "Scanning Files: 3/5" in out
+    assert "Row Groups Scanned: 2 / 4" in out
+
+
+def test_describe_show_summarize_with_values_are_allowed(store):
+    for sql in ["DESCRIBE rollouts", "SHOW rollouts", "SHOW TABLES", "SUMMARIZE pool",
+                "WITH x AS (SELECT 1 AS a) SELECT * FROM x", "VALUES (1), (2)", "FROM pool",
+                "/* a comment */ SELECT 42;"]:
+        _ok(rlhf("query", sql, "--store", str(store), "-f", "jsonl"))
+    out = _ok(rlhf("query", "DESCRIBE rollouts", "--store", str(store), "-f", "jsonl"))
+    assert [json.loads(x)["column_name"] for x in out.splitlines()] == TABLES["rollouts"].names
+
+
+def test_tables_lists_every_view_with_columns_and_counts(store):
+    out = _ok(rlhf("tables", "--store", str(store)))
+    for name, schema in TABLES.items():
+        assert name in out
+        for field in schema:
+            assert field.name in out
+    rows = {c[0]: c[1] for c in ([x.strip() for x in line.split("│")[1:3]]
+                                 for line in out.splitlines() if line.startswith("│"))
+            if c[0]}
+    assert rows["prompts"] == "6" and rows["rollouts"] == "9" and rows["train_metrics"] == "0"
+
+
+def test_empty_views_are_typed(tmp_path):
+    (tmp_path / "store").mkdir()
+    con = connect(tmp_path / "store", locked=True)
+    described = {r[0]: r[1] for r in con.execute("DESCRIBE rollouts").fetchall()}
+    assert described["flags"] == "VARCHAR[]" and described["tier"] == "TINYINT"
+    assert described["created_at"] == "TIMESTAMP WITH TIME ZONE"
+    assert con.execute("SELECT count(*) FROM rm_scores").fetchone() == (0,)
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert views == set(TABLES)  # no helper objects left behind
+
+
+# Errors -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql, needle", [
+    ("SELEC 1", "not valid SQL"),
+    ("SELECT * FROM no_such_table", "no_such_table"),
+    ("SELECT nonexistent_column FROM prompts", "nonexistent_column"),
+    ("SELECT 1/0::INTEGER + 'x'", "query failed"),
+    ("   ", "empty query"),
+])
+def test_bad_query_is_a_clear_error(store, sql, needle):
+    result = rlhf("query", sql, "--store", str(store))
+    assert result.exit_code == 2
+    assert "error:" in result.output and needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_store_is_a_clear_error(tmp_path):
+    result = rlhf("query", "SELECT 1", "--store", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and "store folder not found" in result.output
+    result = rlhf("tables", "--store", str(tmp_path / "nope"))
+    assert result.exit_code == 2 and "store folder not found" in result.output
+
+
+# Attacks: each refused with a clear message, exit code 2, nothing written -----------------
+
+def _attacks(store: Path, outside: Path) -> list[tuple[str, str]]:
+    leak = outside / "leak.csv"
+    return [
+        ("copy_to", f"COPY (SELECT * FROM prompts) TO '{leak}'"),
+        ("copy_into_store", f"COPY (SELECT * FROM prompts) TO '{store}/prompts/evil.parquet'"),
+        ("attach", f"ATTACH '{outside}/x.duckdb' AS x"),
+        ("install", "INSTALL httpfs"),
+        ("load", "LOAD httpfs"),
+        ("read_csv_etc_passwd", "SELECT * FROM read_csv('/etc/passwd')"),
+        ("read_text_escape", f"SELECT * FROM read_text('{store}/../../../etc/passwd')"),
+        ("url", "SELECT * FROM read_parquet('https://example.com/x.parquet')"),
+        ("create", "CREATE TABLE t AS SELECT * FROM prompts"),
+        ("create_or_replace_view", "CREATE OR REPLACE VIEW prompts AS SELECT 1 AS x"),
+        ("insert", "INSERT INTO prompts SELECT * FROM prompts"),
+        ("delete", "DELETE FROM prompts"),
+        ("update", "UPDATE prompts SET text = 'x'"),
+        ("drop", "DROP VIEW prompts"),
+        ("set", "SET enable_external_access = true"),
+        ("reset", "RESET lock_configuration"),
+        ("pragma", "PRAGMA enable_profiling"),
+        ("call", "CALL pragma_version()"),
+        ("second_statement", f"SELECT 1; COPY (SELECT 1) TO '{leak}'"),
+        ("second_select", "SELECT 1; SELECT 2"),
+        ("explain_analyze_copy", f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{leak}'"),
+        ("query_function_copy", f"SELECT * FROM query('COPY (SELECT 1) TO ''{leak}''')"),
+        ("export", f"EXPORT DATABASE '{outside}/db'"),
+    ]
+
+
+ATTACK_NAMES = [name for name, _ in _attacks(Path("/s"), Path("/o"))]
+
+
+@pytest.mark.parametrize("name", ATTACK_NAMES)
+def test_attack_is_refused(store, tmp_path, name):
+    sql = dict(_attacks(store, tmp_path))[name]
+    before = _files(store)
+    result = rlhf("query", sql, "--store", str(store))
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and ("refused" in result.output
+                                          or "query failed" in result.output)
+    assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []  # nothing written outside
+    assert _files(store) == before  # nothing written inside the store either
+    # The store still answers afterwards: the attack changed nothing.
+    assert rlhf("query", "SELECT count(*) FROM prompts", "--store", str(store),
+                "-f", "csv").output.splitlines()[-1] == "6"
+
+
+@pytest.mark.parametrize("name", [n for n in ATTACK_NAMES if n not in
+                                  ("read_csv_etc_passwd", "read_text_escape", "url",
+                                   "query_function_copy")])
+def test_the_gate_refuses_before_running(store, tmp_path, name):
+    sql = dict(_attacks(store, tmp_path))[name]
+    with pytest.raises(QueryRefused) as refused:
+        check_sql(sql)
+    message = str(refused.value)
+    if name.startswith("second"):
+        assert "exactly one statement allowed, got 2" in message
+    else:  # the message names the statement as it was written
+        assert sql.split()[0].upper() in message
+
+
+def test_file_reads_are_refused_by_the_locked_configuration(store):
+    result = rlhf("query", "SELECT * FROM read_csv('/etc/passwd')", "--store", str(store))
+    assert result.exit_code == 2
+    assert "refused: queries may read only the store" in result.output
+    assert "root:" not in result.output
+
+
+def test_locked_connection_holds_without_the_gate(store, tmp_path):
+    """Defence in depth: the configuration alone stops what the gate would have stopped."""
+    con = connect(store, locked=True)
+    assert con.execute("SELECT count(*) FROM rollouts").fetchone() == (9,)  # views still work
+    # No progress bar may print into a CSV on stdout.
+    assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone() == (False,)
+    leak = tmp_path / "leak.csv"
+    for sql in [f"COPY (SELECT 1) TO '{leak}'", f"ATTACH '{tmp_path}/x.duckdb'",
+                "INSTALL httpfs", "LOAD httpfs", "SELECT * FROM read_csv('/etc/passwd')",
+                "SELECT * FROM glob('/etc/*')"]:
+        with pytest.raises(duckdb.PermissionException):
+            con.execute(sql)
+    for sql in ["SET enable_external_access = true", "SET allowed_directories = ['/']",
+                "SET lock_configuration = false"]:
+        with pytest.raises(duckdb.InvalidInputException, match="locked"):
+            con.execute(sql)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,98 @@
+"""The rollout store layout (store/rollouts.py): partitions, sorted whole-step shards, resume."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from rlhf.store.catalog import connect
+from rlhf.store.io import shard_paths
+from rlhf.store.rollouts import RolloutWriter, StepShardWriter, run_shards
+from rlhf.store.schemas import TABLES
+from synthetic_store import rollout_row
+
+
+def _step_rows(run: str, step: int, n: int = 3) -> list[dict]:
+    return [rollout_row(run, step, f"p{i}", float(step), 1, "light_rm", i=i) for i in range(n)]
+
+
+def test_layout_is_partitioned_sorted_and_whole_steps(tmp_path):
+    root = tmp_path / "rollouts"
+    with RolloutWriter(root, "run-1", steps_per_bucket=10, rows_per_shard=7,
+                       row_group_size=4) as w:
+        for step in range(25):
+            w.write(_step_rows("run-1", step))
+    shards = run_shards(root, "run-1")
+    assert {p.parent.name for _, _, p in shards} == {"step_bucket=0", "step_bucket=1", "step_bucket=2"}
+    covered = []
+    for first, last, path in shards:
+        steps = pq.read_table(path).column("step").to_pylist()
+        assert steps == sorted(steps) and (steps[0], steps[-1]) == (first, last)
+        assert path.parent.name == f"step_bucket={first // 10}" and first // 10 == last // 10
+        assert len(steps) == 3 * (last - first + 1)  # whole steps only
+        meta = pq.ParquetFile(path).metadata
+        assert all(meta.row_group(i).num_rows <= 4 for i in range(meta.num_row_groups))
+        # Row-group min/max of step never overlap: what lets a step filter skip groups.
+        bounds = [(meta.row_group(i).column(1).statistics.min, meta.row_group(i).column(1).statistics.max)
+                  for i in range(meta.num_row_groups)]
+        assert all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:]))
+        covered += range(first, last + 1)
+    assert covered == list(range(25))
+
+
+def test_a_step_is_never_stored_twice(tmp_path):
+    root = tmp_path / "rollouts"
+    with RolloutWriter(root, "r", steps_per_bucket=5) as w:
+        w.write(_step_rows("r", 1))
+        w.write(_step_rows("r", 1, n=2))  # the same step in two batches: one shard
+        w.write(_step_rows("r", 2))
+        with pytest.raises(ValueError, match="backwards"):
+            w.write(_step_rows("r", 1))
+        with pytest.raises(ValueError, match="another run"):
+            w.write(_step_rows("other", 3))
+    assert [(f, la) for f, la, _ in run_shards(root, "r")] == [(1, 2)]
+    again = RolloutWriter(root, "r")
+    with pytest.raises(ValueError, match="already stored"):
+        again.write(_step_rows("r", 2))
+    again.write(_step_rows("r", 3))
+    again.close()
+    con = connect(tmp_path)
+    assert con.execute("SELECT step, count(*) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [
+        (1, 5), (2, 3), (3, 3)]
+
+
+def test_resume_after_drops_the_steps_to_redo(tmp_path):
+    root = tmp_path / "rollouts"
+    with RolloutWriter(root, "r", steps_per_bucket=100, rows_per_shard=6) as w:
+        for step in range(1, 9):  # shards of two steps: 1-2, 3-4, 5-6, 7-8
+            w.write(_step_rows("r", step))
+    assert [(f, la) for f, la, _ in run_shards(root, "r")] == [(1, 2), (3, 4), (5, 6), (7, 8)]
+    # Checkpoint at step 5: steps 6-8 are redone; the 5-6 shard is trimmed to 5-5.
+    with RolloutWriter(root, "r", steps_per_bucket=100, resume_after=5) as w:
+        assert w.last_written_step == 5
+        for step in range(6, 10):
+            w.write(_step_rows("r", step, n=2))
+    con = connect(tmp_path)
+    counts = dict(con.execute("SELECT step, count(*) FROM rollouts GROUP BY step").fetchall())
+    assert counts == {1: 3, 2: 3, 3: 3, 4: 3, 5: 3, 6: 2, 7: 2, 8: 2, 9: 2}
+    assert not list(root.rglob(".*.tmp"))
+
+
+def test_run_id_must_be_a_safe_folder_name(tmp_path):
+    for bad in ("../escape", "a/b", "", "run id"):
+        with pytest.raises(ValueError, match="run_id"):
+            RolloutWriter(tmp_path, bad)
+    with pytest.raises(ValueError, match="run_id and step"):
+        StepShardWriter("prompts", tmp_path, "r")
+
+
+def test_view_keeps_the_schema_and_the_run_id_type(tmp_path):
+    with RolloutWriter(tmp_path / "rollouts", "0042", steps_per_bucket=2) as w:
+        for step in range(4):
+            w.write(_step_rows("0042", step, n=1))
+    assert len(shard_paths(tmp_path / "rollouts")) == 2
+    con = connect(tmp_path, locked=True)
+    described = con.execute("DESCRIBE rollouts").fetchall()
+    assert [r[0] for r in described] == TABLES["rollouts"].names  # no step_bucket column
+    assert dict((r[0], r[1]) for r in described)["run_id"] == "VARCHAR"
+    assert con.execute("SELECT DISTINCT run_id FROM rollouts").fetchall() == [("0042",)]
