@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.world import WorldConfig, run
@@ -17,12 +15,13 @@ from rlhf.pipeline.world.judge import gold_score
 from rlhf.pipeline.world.sources import FILES
 from rlhf.pipeline.world.tokenizer import llama_param_count
 from rlhf.store.schemas import REASON_CODES
+from typer.testing import CliRunner
 
 SMALL = {"n_prompts": 600, "n_demos": 400, "tokenizer_vocab": 600, "long_prompt_words": 1100}
 PROVENANCE = {"human": ("writer_id", "written_at"), "user_query": ("session_id", "timestamp"),
               "open_dataset": ("dataset", "preference_score")}
 # Independent, deliberately simple detectors: a clean row must trigger none of them.
-URL = re.compile(r"https?://|www\.", re.I)
+URL = re.compile(r"https?://|www\.", re.IGNORECASE)
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")
 PHONE = re.compile(r"\+?\(?\d{2,4}\)?[ -]\d{2,4}[ -]?\d{2,4}")
 CODE = re.compile(r"```|\n {4}\S")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from rlhf.pipeline.world.annotators import AnnotatorPool, Label
 from rlhf.pipeline.world.demos import PADDING
 from rlhf.pipeline.world.judge import gold_score
 from rlhf.pipeline.world.topics import TOPICS
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 P = "Why do leaves look green?"
 FACTS = TOPICS[0].facts
 RESPONSES = [

@@ -5,9 +5,14 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from rlhf.pipeline.world.judge import (
-    FILLER_PHRASES, gold_score, infer_topic, judge, repetition, stated_facts, words,
+    FILLER_PHRASES,
+    gold_score,
+    infer_topic,
+    judge,
+    repetition,
+    stated_facts,
+    words,
 )
 from rlhf.pipeline.world.sources import FRAMES, frame
 from rlhf.pipeline.world.topics import TOPICS

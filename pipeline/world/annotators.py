@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rlhf.pipeline.world.judge import judge
 
@@ -36,7 +36,7 @@ class Label:
 
 
 def _utc(when: datetime) -> datetime:
-    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 class AnnotatorPool:

@@ -21,7 +21,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from rlhf.pipeline.world.topics import TOPICS, Topic
 
@@ -157,7 +157,7 @@ def _provenance(source: str, rng: random.Random) -> dict:
         day = date(2025, 1, 1) + timedelta(days=rng.randrange(365))
         return {"writer_id": f"w-{rng.randrange(N_WRITERS):03d}", "written_at": day.isoformat()}
     if source == "user_query":
-        t = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(180 * 86400))
+        t = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(180 * 86400))
         return {"session_id": f"s-{rng.getrandbits(48):012x}",
                 "timestamp": t.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return {"dataset": rng.choice(DATASETS),
