@@ -10,8 +10,9 @@ Every feature is visible in the response text, so a reward model can learn it:
     words      = lowercase alphanumeric runs of the text (apostrophes dropped, punctuation ignored)
     sentences  = pieces of the response split at . ! ? ; : and newlines
     topic      = the topic whose keywords occur most often in the prompt (ties: table order)
-    a sentence *states* a fact when it contains >= 75% of the fact's content words
-               (words minus stopwords); each sentence states at most one fact (the best covered)
+    a sentence *states* a fact when it contains >= 75% of the fact's content words (words
+               minus stopwords) in the fact's order (longest common subsequence), so word salad
+               does not count; each sentence states at most one fact (the best covered)
     n_on       = distinct facts of the prompt's topic stated
     n_wrong    = distinct facts of any other topic stated (hallucination / off-topic)
     rep        = 1 - distinct word trigrams / word trigrams          (0 when < 3 words)
@@ -103,7 +104,8 @@ class _Fact:
     topic: str
     text: str
     content: frozenset[str]
-    need: int  # content words a sentence must contain to state this fact
+    order: tuple[str, ...]  # the content words in the fact's order, first occurrences
+    need: int  # content words a sentence must contain, in order, to state this fact
 
 
 @lru_cache(maxsize=1)
@@ -112,7 +114,9 @@ def _index() -> tuple[tuple[_Fact, ...], dict[str, tuple[int, ...]]]:
     for topic in TOPICS:
         for text in topic.facts:
             c = content_words(text)
-            facts.append(_Fact(topic.name, text, c, max(1, math.ceil(MIN_COVERAGE * len(c)))))
+            order = tuple(dict.fromkeys(w for w in words(text) if w in c))
+            facts.append(_Fact(topic.name, text, c, order,
+                               max(1, math.ceil(MIN_COVERAGE * len(c)))))
     by_word: dict[str, list[int]] = {}
     for i, f in enumerate(facts):
         for w in f.content:
@@ -143,6 +147,19 @@ def infer_topic(prompt: str) -> Topic | None:
     return next(t for t in TOPICS if t.name == best) if best else None
 
 
+def _in_order(fact: tuple[str, ...], sent: list[str]) -> int:
+    """Length of the longest common subsequence of the fact's content words and the sentence."""
+    keep = set(fact)
+    seq = [w for w in sent if w in keep]
+    prev = [0] * (len(seq) + 1)
+    for fw in fact:
+        cur = [0]
+        for j, sw in enumerate(seq):
+            cur.append(prev[j] + 1 if fw == sw else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
 def stated_facts(response: str) -> list[tuple[str, str]]:
     """(topic name, fact text) for each sentence of the response that states a fact."""
     facts, by_word = _index()
@@ -156,6 +173,9 @@ def stated_facts(response: str) -> list[tuple[str, str]]:
         best, best_cov = None, 0.0
         for i, h in sorted(hits.items()):
             if h >= facts[i].need:
+                h = _in_order(facts[i].order, sent)
+                if h < facts[i].need:
+                    continue
                 cov = h / len(facts[i].content)
                 if cov > best_cov:
                     best, best_cov = i, cov
