@@ -125,26 +125,28 @@ def _index() -> tuple[tuple[_Fact, ...], dict[str, tuple[int, ...]]]:
 
 
 @lru_cache(maxsize=1)
-def _keywords() -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
-    return tuple((t.name, tuple(tuple(words(k)) for k in t.keywords)) for t in TOPICS)
+def _keywords() -> dict[str, tuple[tuple[tuple[str, ...], int], ...]]:
+    """First word of a keyword -> (keyword words, topic index) for every keyword."""
+    table: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+    for ti, t in enumerate(TOPICS):
+        for k in t.keywords:
+            ws = tuple(words(k))
+            table.setdefault(ws[0], []).append((ws, ti))
+    return {w: tuple(v) for w, v in table.items()}
 
 
-def _count_phrase(ws: list[str], phrase: tuple[str, ...]) -> int:
-    n = len(phrase)
-    if n == 0:
-        return 0
-    return sum(1 for i in range(len(ws) - n + 1) if tuple(ws[i:i + n]) == phrase)
-
-
+@lru_cache(maxsize=65536)
 def infer_topic(prompt: str) -> Topic | None:
     """The topic whose keywords occur most often in the prompt (a phrase counts its length)."""
     ws = words(prompt)
-    best, best_score = None, 0
-    for name, phrases in _keywords():
-        score = sum(_count_phrase(ws, p) * len(p) for p in phrases)
-        if score > best_score:
-            best, best_score = name, score
-    return next(t for t in TOPICS if t.name == best) if best else None
+    scores = [0] * len(TOPICS)
+    table = _keywords()
+    for i, w in enumerate(ws):
+        for phrase, ti in table.get(w, ()):
+            if tuple(ws[i:i + len(phrase)]) == phrase:
+                scores[ti] += len(phrase)
+    best = max(range(len(TOPICS)), key=lambda ti: (scores[ti], -ti))
+    return TOPICS[best] if scores[best] > 0 else None
 
 
 def _in_order(fact: tuple[str, ...], sent: list[str]) -> int:
@@ -191,12 +193,19 @@ def repetition(ws: list[str]) -> float:
 
 
 @lru_cache(maxsize=1)
-def _filler_phrases() -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(words(p)) for p in FILLER_PHRASES)
+def _filler_phrases() -> dict[str, tuple[tuple[str, ...], ...]]:
+    table: dict[str, list[tuple[str, ...]]] = {}
+    for p in FILLER_PHRASES:
+        ws = tuple(words(p))
+        table.setdefault(ws[0], []).append(ws)
+    return {w: tuple(v) for w, v in table.items()}
 
 
 def filler_count(ws: list[str]) -> int:
-    return sum(_count_phrase(ws, p) for p in _filler_phrases())
+    """Occurrences of the filler phrases in the word list."""
+    table = _filler_phrases()
+    return sum(1 for i, w in enumerate(ws) for p in table.get(w, ())
+               if tuple(ws[i:i + len(p)]) == p)
 
 
 @dataclass(frozen=True)
