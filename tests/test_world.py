@@ -127,6 +127,9 @@ def test_report_counts_add_up_against_truth(world):
         n = sum(code in t["expected"] for t in truth)
         assert n > 0 and src["defect_rows_per_code"][code] == n, code
     assert src["multi_code_rows"] == sum(len(t["expected"]) > 1 for t in truth) > 0
+    for f, n in src["defect_rows_per_file"].items():
+        assert n == sum(1 for t in truth if t["file"] == f and t["expected"])
+        assert src["lines_per_file"][f] == sum(1 for t in truth if t["file"] == f)
     assert json.loads((out / "report.json").read_text()) == report
 
 

@@ -361,6 +361,8 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
         "defect_rows": sum(1 for r in rows if r.expected),
         "defect_rows_per_code": dict(sorted(codes.items())),
         "defect_rows_per_kind": dict(sorted(Counter(r.kind for r in rows if r.expected).items())),
+        "defect_rows_per_file": {FILES[s]: sum(1 for r in v if r.expected)
+                                 for s, v in by_file.items()},
         "multi_code_rows": sum(1 for r in rows if len(r.expected) > 1),
         "unique_questions": n_unique,
         "questions_available": len(all_intents),
