@@ -300,9 +300,9 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
     n_exact = round(n_lines * exact_dup_rate)
     n_clean = n_lines - n_defect - n_exact
     all_intents = intents()
-    n_unique = min(len(all_intents), max(1, n_clean - round(n_lines * paraphrase_rate)))
+    n_unique = min(len(all_intents), n_clean, max(1, n_clean - round(n_lines * paraphrase_rate)))
     if n_exact and not n_unique:
-        raise ValueError("no room for an original row to duplicate")
+        raise ValueError(f"n_prompts={n_lines} leaves no clean original for the exact duplicates")
     n_para = n_clean - n_unique
 
     rows: list[Row] = []
