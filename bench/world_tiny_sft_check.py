@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("world", type=Path, nargs="?", default=Path("artifacts/world"))
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--samples", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
     import torch
@@ -31,7 +32,7 @@ def main() -> None:
     from rlhf.pipeline.world.judge import gold_score
 
     torch.manual_seed(0)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(str(args.world / "tokenizer"))
     cfg = LlamaConfig.from_pretrained(str(args.world / "model_config"))
     model = LlamaForCausalLM(cfg)
