@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -41,6 +42,8 @@ def params_check(
 
 
 app.command("doctor")(doctor_cmd.doctor)
+
+app.command("ppo")(ppo_cmd.ppo)
 
 
 def main() -> None:

@@ -100,10 +100,13 @@ def test_reward_weights_scale_attention_logits():
 def test_gaussian_kl_by_hand_and_critic_loss_pulls_toward_rm_distribution():
     # N(1, 1) vs N(2, 1): KL = (1 + 1) / 2 - 0.5 = 0.5 ; N(1,1) vs N(1,2): log 2 + 1/8 - 1/2
     t = torch.tensor([0.0, 2.0])
-    assert cr.gaussian_kl(t, torch.tensor([1.0, 3.0]), eps=0).item() == pytest.approx(0.5)
-    assert cr.gaussian_kl(t, torch.tensor([-1.0, 3.0]), eps=0).item() == pytest.approx(
+    assert cr.gaussian_kl(t, torch.tensor([1.0, 3.0]), std_floor=0).item() == pytest.approx(0.5)
+    assert cr.gaussian_kl(t, torch.tensor([-1.0, 3.0]), std_floor=0).item() == pytest.approx(
         math.log(2) + 1 / 8 - 0.5)
-    assert cr.gaussian_kl(t, t.clone(), eps=0).item() == pytest.approx(0.0, abs=1e-7)
+    assert cr.gaussian_kl(t, t.clone(), std_floor=0).item() == pytest.approx(0.0, abs=1e-7)
+    # a constant critic: the floor (0.1) bounds the KL: log(0.1/1) + (1 + 1) / 0.02 - 0.5
+    flat = torch.tensor([0.0, 0.0])
+    assert cr.gaussian_kl(t, flat).item() == pytest.approx(math.log(0.1) + 2 / 0.02 - 0.5)
     values = torch.tensor([[0.5, 0.2, 0.0], [0.1, 0.9, 0.3]], requires_grad=True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     returns = torch.tensor([[1.0, 1.0, 0.0], [2.0, 2.0, 2.0]])

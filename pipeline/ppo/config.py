@@ -75,7 +75,7 @@ class PPOConfig:
     critic_heads: int = 8
     critic_max_tokens: int = 256
     critic_huber_delta: float = 1.0
-    critic_kl_reg_coef: float = 0.1
+    critic_kl_reg_coef: float = 0.01
     reward_attention_on: bool = True
     reward_attention_high: float = 1.2
     reward_attention_low: float = 0.8

@@ -26,7 +26,8 @@ Definitions (the seed states the ideas, these are the precise versions):
   a KL regulariser pulling the critic's value distribution toward the RM's: over the batch, fit
   a Gaussian to the RM scores (mean, std) and one to the critic's value at each sequence's last
   response token (the value that should equal the expected final score), and take the closed
-  form KL(N_rm || N_critic).
+  form KL(N_rm || N_critic), both stds floored at 0.1 so an untrained critic's near-constant
+  output does not blow it up.
 - Attention-mask assertion (§5.3: padding must never be attended): `check_attention_mask`
   checks the mask is 0/1, right-padded (a run of ones then zeros), non-empty in every row and
   0 wherever the token is padding; the forward pass also asserts that every padded key gets
@@ -125,12 +126,16 @@ def reward_attention_weights(prefix_scores: torch.Tensor, response_mask: torch.T
     return weights
 
 
-def gaussian_kl(target: torch.Tensor, pred: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+def gaussian_kl(target: torch.Tensor, pred: torch.Tensor, std_floor: float = 0.1) -> torch.Tensor:
     """KL(N(mean, std of target) || N(mean, std of pred)) over a batch of scalars (differentiable
-    in `pred`). Used to pull the critic's value distribution toward the RM's (seed 000 §3.2)."""
+    in `pred`). Used to pull the critic's value distribution toward the RM's (seed 000 §3.2).
+
+    Both stds are floored at `std_floor`: a freshly initialised critic predicts nearly the same
+    value everywhere, and an unfloored KL would then explode (it grows as 1 / std_pred^2).
+    """
     mu_t, mu_p = target.mean(), pred.mean()
-    sd_t = target.std(unbiased=False) + eps if target.numel() > 1 else target.new_tensor(eps)
-    sd_p = pred.std(unbiased=False) + eps if pred.numel() > 1 else pred.new_tensor(eps)
+    sd_t = target.std(unbiased=False).clamp_min(std_floor)
+    sd_p = pred.std(unbiased=False).clamp_min(std_floor)
     return torch.log(sd_p / sd_t) + (sd_t**2 + (mu_t - mu_p) ** 2) / (2 * sd_p**2) - 0.5
 
 
@@ -146,10 +151,11 @@ def critic_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.T
                                    kind="huber", huber_delta=huber_delta)
     loss = vloss
     reg = torch.zeros((), dtype=values.dtype)
-    if kl_reg_coef > 0 and values.shape[0] > 1:
-        last = core.last_token_index(mask)
-        v_last = values[torch.arange(values.shape[0]), last]
-        reg = gaussian_kl(rm_scores.to(values.dtype), v_last)
+    rows = mask.bool().any(1)  # rollouts without a trainable token (fallbacks) sit out
+    if kl_reg_coef > 0 and int(rows.sum()) > 1:
+        last = core.last_token_index(mask[rows])
+        v_last = values[rows][torch.arange(int(rows.sum())), last]
+        reg = gaussian_kl(rm_scores[rows].to(values.dtype), v_last)
         loss = loss + kl_reg_coef * reg
     return loss, {"value_loss": float(vloss.detach()), "value_clipfrac": float(vclip),
                   "critic_kl_reg": float(reg.detach())}
