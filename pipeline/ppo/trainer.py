@@ -370,7 +370,7 @@ class PPOTrainer:
         if cfg.collapse_detector_on and rewards.numel() > 1:
             collapsed = self.collapse.observe(float(rewards.mean()), float(rewards.std()))
             if collapsed:
-                self.kl_ctl.trigger_override(step)
+                self.kl_ctl.trigger_override(step - 1)
                 self._event("rm_refresh", step=step, reason="reward collapse (seed 000 §5.1)",
                             reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
                             kl_coef=cfg.collapse_kl_coef)
@@ -432,8 +432,7 @@ class PPOTrainer:
                                ("grad_norm", gnorm)):
                     sums[k] += float(val.detach() if torch.is_tensor(val) else val)
                 sums["critic_kl_reg"] += c_stats["critic_kl_reg"]
-        self.sched_p.step()
-        self.sched_c.step()
+        self._step_schedulers()
         stats = {k: (v / n if n else float("nan")) for k, v in sums.items()}
         stats["nan_skipped"] = float(skipped)
         if skipped:
@@ -442,10 +441,18 @@ class PPOTrainer:
                                    if cfg.gradnorm_diagnostics_on and norms else None)
         return stats
 
+    def _step_schedulers(self) -> None:
+        """One LR-schedule step per PPO step, whether or not an update was skipped."""
+        import warnings
+
+        with warnings.catch_warnings():  # a skipped update must not shift the schedule
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.sched_p.step()
+            self.sched_c.step()
+
     def _no_update(self) -> dict:
         self._event("no_update", reason="fewer than two trainable response tokens")
-        self.sched_p.step()
-        self.sched_c.step()
+        self._step_schedulers()
         return {"policy_loss": float("nan"), "clip_ratio": float("nan"),
                 "approx_kl": float("nan"), "critic_loss": float("nan"), "grad_norm": float("nan"),
                 "critic_kl_reg": float("nan"), "nan_skipped": 0.0, "grad_diagnosis": None}
