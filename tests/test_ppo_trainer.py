@@ -191,3 +191,40 @@ def test_load_prompts_from_jsonl_and_pool(tmp_path):
     assert load_prompts(tmp_path / "pool") == [("1", "u")]
     with pytest.raises(ValueError):
         load_prompts(tmp_path / "pool", split="reward")
+
+
+def test_hf_scorer_token_scores_end_at_the_sequence_score(tmp_path):
+    """Per-position RM attribution (critic.py): the prefix score after the last response token
+    is the RM's score of the whole sample, read from the same forward pass."""
+    from rlhf.pipeline.ppo.critic import reward_attention_weights
+    from rlhf.pipeline.ppo.scoring import HFScorer
+
+    world = ppo_tiny.build_world(tmp_path / "world")
+    scorer = HFScorer.load(str(world["reward"]))
+    prompts = ["tell me about the cat", "describe the dog"]
+    responses = ["the cat is very good", "bad dog"]
+    scores, conf = scorer.score(prompts, responses)
+    ts = scorer.token_scores(prompts, responses, [5, 2])
+    assert [len(s) for _, s in ts] == [5, 2]
+    for (_, per_token), full in zip(ts, scores.tolist()):
+        assert per_token[-1] == pytest.approx(full, abs=1e-5)
+    assert conf.tolist() == [1.0, 1.0]
+    # the weights the light critic gets for sample 0: 5 response tokens -> one high, one low
+    p_score, s = ts[0]
+    prefix = torch.tensor([[p_score] * 5 + s])
+    w = reward_attention_weights(prefix, torch.tensor([[0] * 5 + [1] * 5]))
+    assert sorted(w[0, 5:].tolist()) == pytest.approx([0.8, 1.0, 1.0, 1.0, 1.2])
+
+
+def test_rollout_dropout_is_active_only_while_sampling(tmp_path):
+    tr = make_trainer(tmp_path, rollout_dropout_on=True, rollout_dropout=0.5)
+    model = tr.acc.unwrap_model(tr.policy)
+    attn = [m for m in model.modules() if isinstance(getattr(m, "attention_dropout", None), float)]
+    assert attn and all(m.attention_dropout == 0.0 for m in attn)
+    with tr._rollout_dropout(model):
+        assert model.training and all(m.attention_dropout == 0.5 for m in attn)
+    assert not model.training and all(m.attention_dropout == 0.0 for m in attn)
+    off = make_trainer(tmp_path / "off")
+    m2 = off.acc.unwrap_model(off.policy)
+    with off._rollout_dropout(m2):
+        assert not m2.training  # default (seed 001 §5.2 is opt-in): plain eval-mode sampling
