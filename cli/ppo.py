@@ -23,6 +23,7 @@ def ppo(
     params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
+    metrics: Path | None = typer.Option(None, help="Write the final metrics here (dvc metrics)."),
 ) -> None:
     """Train the policy with PPO; `--resume` continues a killed run exactly."""
     from rlhf.pipeline.config import ConfigError, load_section
@@ -42,5 +43,10 @@ def ppo(
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean")
-    typer.echo(json.dumps({k: last.get(k) for k in keys}))
+    keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
+            "clip_ratio", "critic_loss", "entropy_mean")
+    final = {k: last.get(k) for k in keys}
+    if metrics is not None:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text(json.dumps({"ppo": final}, indent=1) + "\n")
+    typer.echo(json.dumps(final))

@@ -228,3 +228,36 @@ def test_rollout_dropout_is_active_only_while_sampling(tmp_path):
     m2 = off.acc.unwrap_model(off.policy)
     with off._rollout_dropout(m2):
         assert not m2.training  # default (seed 001 §5.2 is opt-in): plain eval-mode sampling
+
+
+def test_policy_never_samples_the_pad_token(tmp_path):
+    """A sampled pad would look like padding to the critic's mask check (seed 000 §5.3)."""
+    tr = make_trainer(tmp_path, total_steps=1)
+    model = tr.acc.unwrap_model(tr.policy)
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(-50.0)
+        head.bias[tr.pad_id] = 100.0  # the policy wants nothing but pad ...
+        head.bias[tr.eos_id] = 90.0  # ... and eos next
+    model.lm_head = head
+    tr.ref.lm_head = head
+    r = tr.generate(tr.sampler.next_batch(4), "v0")
+    assert not bool((r.response[r.response_mask] == tr.pad_id).any())
+    assert r.response_lengths.tolist() == [1, 1, 1, 1]  # eos straight away, not a fallback
+    assert bool(r.valid.all()) and r.response[:, 0].tolist() == [tr.eos_id] * 4
+    tr.score(r)
+    tr.forward_logprobs(r)
+    tr.critic_values(r)  # the critic's mask assertion holds
+
+
+def test_grad_norm_diagnosis_is_warned_once_and_logged_every_step(tmp_path):
+    # shift 0 decades: from the second step on, every step "moved up" relative to the reference
+    tr = make_trainer(tmp_path, total_steps=3, gradnorm_reference_steps=1,
+                      gradnorm_shift_decades=0.0)
+    with pytest.warns(UserWarning, match="larger clip_range") as record:
+        tr.train()
+    assert len([w for w in record if "clip_range" in str(w.message)]) == 1
+    ev = [e for e in events(tmp_path) if e["event"] == "grad_norm_diagnosis"]
+    assert [e["step"] for e in ev] == [2, 3] and {e["suggestion"] for e in ev} == {"increase_clip"}
+    assert all("grad_norm_peak_log10" in m for m in metrics(tmp_path))

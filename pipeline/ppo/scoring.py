@@ -11,6 +11,7 @@ builds the light RM; `HFScorer` wraps any AutoModelForSequenceClassification che
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -86,3 +87,13 @@ class HFScorer:
             mapped = [resp[min(len(resp) - 1, (j * len(resp)) // max(n, 1))] for j in range(n)]
             out.append((prompt_score, mapped))
         return out
+
+
+def load_scorer(path: str | Path):
+    """The scorer saved at `path`: the reward stage's own loader when it provides one
+    (`rlhf.pipeline.reward.load_scorer`), else a sequence-classification checkpoint."""
+    try:
+        from rlhf.pipeline.reward import load_scorer as reward_loader
+    except ImportError:
+        return HFScorer.load(str(path))
+    return reward_loader(path)

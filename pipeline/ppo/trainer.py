@@ -137,8 +137,8 @@ class PPOTrainer:
                               cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
                               policy_source=policy_path if cfg.critic == "full" else None,
                               policy_config=policy.config)
-        if cfg.critic == "full":
-            critic.pad_id = self.pad_id if self.pad_id != self.eos_id else None
+        if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real (attended) token
+            critic.pad_id = None
         opt_p = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
         opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
         decay = lambda s: max(0.1, 1.0 - s / max(cfg.total_steps, 1))  # noqa: E731
@@ -156,6 +156,7 @@ class PPOTrainer:
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
         self.writer = None
         self.current_step = 0
+        self._last_suggestions: set[str] = set()
 
     # ----------------------------------------------------------------- the run
     def train(self, resume: bool = False) -> dict:
@@ -217,6 +218,8 @@ class PPOTrainer:
                     **enc, do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
                     max_new_tokens=cfg.max_new_tokens, pad_token_id=self.pad_id,
                     eos_token_id=self.eos_id,
+                    # a sampled pad token would read as padding downstream (critic mask, §5.3)
+                    suppress_tokens=[self.pad_id] if self.pad_id != self.eos_id else None,
                     stopping_criteria=StoppingCriteriaList([MaxTimeCriteria(
                         cfg.generation_timeout_s)]))
             gen = out[:, P:].cpu().tolist()
@@ -504,10 +507,12 @@ class PPOTrainer:
             for s in diag["suggestions"]:
                 text = SUGGESTION_TEXT[s].format(shift=self.cfg.gradnorm_shift_decades)
                 self._event("grad_norm_diagnosis", step=step, suggestion=s, message=text)
-                if self.acc.is_main_process:
+                # print when a suggestion appears, not on every step it persists (it is logged)
+                if self.acc.is_main_process and s not in self._last_suggestions:
                     import warnings
 
                     warnings.warn(f"step {step}: {text}", stacklevel=2)
+        self._last_suggestions = set(diag["suggestions"]) if diag else set()
         if self.acc.is_main_process:
             for k, v in m.items():
                 if k != "step" and isinstance(v, float) and math.isfinite(v):
@@ -694,7 +699,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     """Load the policy, reference, tokenizer and reward model from disk and run PPO."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlhf.pipeline.ppo.scoring import HFScorer
+    from rlhf.pipeline.ppo.scoring import load_scorer
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -702,7 +707,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     attn = attn_implementation(cfg.attn_implementation)
     policy = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
-    scorer = HFScorer.load(str(reward_path))
+    scorer = load_scorer(reward_path)
     prompts = load_prompts(prompts_path)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
