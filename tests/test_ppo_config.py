@@ -69,3 +69,13 @@ def test_deepspeed_config_follows_seed_000(repo):
     assert zero["offload_param"]["device"] == "none"
     assert ds["communication_data_type"] == "fp16"
     assert zero["stage3_gather_16bit_weights_on_model_save"] is False
+
+
+def test_config_and_schedules_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, rlhf.pipeline.ppo.config, rlhf.pipeline.ppo.diagnostics; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from rlhf.pipeline.ppo import core
-from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
+from rlhf.pipeline.ppo.config import (PPOConfig, attn_implementation,
+                                      check_gradient_accumulation)
 from rlhf.pipeline.ppo.critic import (build_critic, critic_loss, pack_right,
                                       response_values, reward_attention_weights)
 from rlhf.pipeline.ppo.diagnostics import (SUGGESTION_TEXT, GradNormMonitor,
@@ -146,7 +147,14 @@ class PPOTrainer:
         self.sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
         self.policy, self.critic, self.opt_p, self.opt_c = self.acc.prepare(
             policy, critic, opt_p, opt_c)
-        self.ref = ref_policy.to(self.acc.device).eval().requires_grad_(False)
+        if self.acc.state.deepspeed_plugin is not None:  # ZeRO-3 (configs/, seed 000 §4.1, §5.5)
+            from trl.models.utils import prepare_deepspeed
+
+            check_gradient_accumulation(self.acc.gradient_accumulation_steps, self.world)
+            self.ref = prepare_deepspeed(ref_policy, self.acc)
+        else:
+            self.ref = ref_policy.to(self.acc.device)
+        self.ref.eval().requires_grad_(False)
         self.sampler = PromptSampler(prompts, cfg.seed)
         self.kl_ctl = KLController(cfg.kl_coef, cfg.kl_warmup_on, cfg.kl_warmup_steps,
                                    cfg.collapse_kl_coef, cfg.collapse_hold_steps)
