@@ -12,6 +12,7 @@ import typer
 from rlhf.cli import doctor as doctor_cmd
 from rlhf.cli import query as query_cmd
 from rlhf.cli.world import world_app
+from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -47,6 +48,8 @@ app.command("doctor")(doctor_cmd.doctor)
 app.command("query")(query_cmd.query)
 app.command("tables")(query_cmd.tables)
 app.command("audit")(query_cmd.audit)
+
+app.command("ppo")(ppo_cmd.ppo)
 
 
 def main() -> None:

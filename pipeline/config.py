@@ -24,6 +24,7 @@ T = TypeVar("T")
 # and the pure-math modules stay fast to import.
 SECTIONS: dict[str, str] = {
     "world": "rlhf.pipeline.world:WorldConfig",
+    "ppo": "rlhf.pipeline.ppo.config:PPOConfig",
 }
 
 

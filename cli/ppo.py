@@ -1,0 +1,52 @@
+"""`rlhf ppo`: train the policy with PPO against a reward model (pipeline/ppo/trainer.py).
+
+    rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
+        --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from rlhf.cli.common import fail
+
+
+def ppo(
+    policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
+    reward: Path = typer.Option(..., help="Reward model (AutoModelForSequenceClassification)."),
+    prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
+    out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
+    rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
+    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+    run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
+    metrics: Path | None = typer.Option(None, help="Write the final metrics here (dvc metrics)."),
+) -> None:
+    """Train the policy with PPO; `--resume` continues a killed run exactly."""
+    from rlhf.pipeline.config import ConfigError, load_section
+
+    try:
+        cfg = load_section(params, "ppo")
+    except ConfigError as exc:
+        fail(str(exc))
+    for name, path in (("policy", policy), ("reward", reward), ("prompts", prompts)):
+        if not path.exists():
+            fail(f"--{name} {path} does not exist")
+    if resume and not (out / "checkpoints" / "latest").exists():
+        fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    from rlhf.pipeline.ppo.trainer import run
+
+    try:
+        last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume)
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
+            "clip_ratio", "critic_loss", "entropy_mean")
+    final = {k: last.get(k) for k in keys}
+    if metrics is not None:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text(json.dumps({"ppo": final}, indent=1) + "\n")
+    typer.echo(json.dumps(final))

@@ -1,0 +1,1 @@
+"""The PPO trainer: pure math (core), schedules, diagnostics, critic, config, rollout, loop."""

@@ -1,0 +1,136 @@
+"""PPOConfig: the typed mirror of the `ppo:` section of params.yaml, checked at load.
+
+Every switch defaults to off, so a `ppo:` section that sets none of them is plain PPO (the
+baseline the benchmarks compare against); params.yaml turns the features on.
+
+    rlhf params check
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.schedules import DEFAULT_LAMBDA_EPS_TABLE, check_lambda_eps_table
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    seed: int = 0
+    total_steps: int = 40
+    batch_size: int = 8  # prompts per step (per process)
+    mini_batch_size: int = 4  # rollouts per optimiser step
+    ppo_epochs: int = 2
+    # sampling (seed 001 §5.1: temperature > 0.3 and top_p <= 0.95, else repeated responses)
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_new_tokens: int = 24
+    max_prompt_tokens: int = 64
+    generation_timeout_s: float = 15.0  # seed 000 §4.3: a stuck rollout falls back
+    # optimisation
+    learning_rate: float = 1e-4
+    critic_learning_rate: float = 3e-4
+    max_grad_norm: float = 1.0
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    clip_range_value: float = 0.2
+    whiten_advantages: bool = True
+    kl_coef: float = 0.05
+    # "full" = exact KL over the whole vocabulary; k1/k2/k3 = Schulman's estimators on sampled
+    # tokens (all from full-vocabulary log-probs, never truncated: seed 000 §5.4)
+    kl_estimator: Literal["full", "k1", "k2", "k3"] = "full"
+    # seed 000 §3.3: dynamic λ-ε table, rows (first step, λ, ε)
+    lambda_eps_table_on: bool = False
+    lambda_eps_table: tuple[tuple[int, float, float], ...] = DEFAULT_LAMBDA_EPS_TABLE
+    # seed 001 §5.2: ε from the batch KL to the reference
+    adaptive_clip_on: bool = False
+    adaptive_clip_kl_low: float = 0.02
+    adaptive_clip_kl_high: float = 0.1
+    adaptive_clip_low: float = 0.02
+    adaptive_clip_high: float = 0.1
+    adaptive_clip_between: Literal["keep", "interpolate"] = "keep"
+    # seed 001 §5.1: kl_coef from 0 to kl_coef over the first steps
+    kl_warmup_on: bool = False
+    kl_warmup_steps: int = 100
+    # seed 000 §5.1: reward collapse -> kl_coef 2.0 and an RM-refresh event
+    collapse_detector_on: bool = False
+    collapse_mean_drop: float = 0.30
+    collapse_std_rise: float = 2.00
+    collapse_kl_coef: float = 2.0
+    collapse_hold_steps: int = 20
+    # seed 000 §3.3: gradient-norm histogram diagnostics
+    gradnorm_diagnostics_on: bool = True
+    gradnorm_reference_steps: int = 10
+    gradnorm_shift_decades: float = 1.0
+    gradnorm_bimodal_separation: float = 2.0
+    # seed 001 §5.2: keep dropout active while sampling rollouts
+    rollout_dropout_on: bool = False
+    rollout_dropout: float = 0.1
+    # critic (seed 000 §3.2)
+    critic: Literal["light", "full"] = "light"
+    critic_hidden_size: int = 1024
+    critic_layers: int = 3
+    critic_heads: int = 8
+    critic_max_tokens: int = 256
+    critic_huber_delta: float = 1.0
+    critic_kl_reg_coef: float = 0.01
+    reward_attention_on: bool = True
+    reward_attention_high: float = 1.2
+    reward_attention_low: float = 0.8
+    reward_attention_frac: float = 0.25
+    # records
+    checkpoint_every: int = 10
+    csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
+    debug_rollouts: bool = False  # seed 001 §5.2: full text only in debug rollout mode
+    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
+
+    def __post_init__(self) -> None:
+        # YAML gives lists; keep the table hashable and immutable like the rest of the config
+        object.__setattr__(self, "lambda_eps_table",
+                           tuple(tuple(row) for row in self.lambda_eps_table))
+        # seed 001 §5.1 asserts `temperature > 0.3 and top_p < 0.95`; the issue allows 0.95
+        if not self.temperature > 0.3:
+            raise ConfigError(
+                f"ppo.temperature must be > 0.3 (seed 001 §5.1: lower sampling temperatures make "
+                f"rollouts repeat themselves), got {self.temperature}")
+        if not 0.0 < self.top_p <= 0.95:
+            raise ConfigError(
+                f"ppo.top_p must be in (0, 0.95] (seed 001 §5.1), got {self.top_p}")
+        if self.batch_size % self.mini_batch_size:
+            raise ConfigError(f"ppo.batch_size ({self.batch_size}) must be a multiple of "
+                              f"ppo.mini_batch_size ({self.mini_batch_size})")
+        if self.mini_batch_size < 2 and self.whiten_advantages:
+            raise ConfigError("ppo.mini_batch_size must be >= 2 to whiten advantages")
+        for name in ("total_steps", "ppo_epochs", "max_new_tokens", "checkpoint_every",
+                     "csv_every", "critic_max_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.rollout_dropout < 1.0:
+            raise ConfigError(f"ppo.rollout_dropout must be in [0, 1), got {self.rollout_dropout}")
+        if self.critic_hidden_size % self.critic_heads:
+            raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
+        try:
+            check_lambda_eps_table(self.lambda_eps_table)
+        except ValueError as exc:
+            raise ConfigError(f"ppo.{exc}") from None
+
+
+def attn_implementation(requested: str = "auto") -> str:
+    """flash_attention_2 when flash_attn imports (GPU runs), else PyTorch SDPA."""
+    if requested != "auto":
+        return requested
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # ImportError, or a broken CUDA build
+        return "sdpa"
+    return "flash_attention_2"
+
+
+def check_gradient_accumulation(steps: int, world_size: int) -> None:
+    """ConfigError unless gradient accumulation is a multiple of the world size (seed 000 §5.5:
+    otherwise ZeRO-3's all-gathers do not line up with the update cadence)."""
+    if steps < 1 or steps % world_size:
+        raise ConfigError(f"gradient_accumulation_steps ({steps}) must be a positive multiple of "
+                          f"the number of processes ({world_size}) (seed 000 §5.5)")

@@ -1,0 +1,245 @@
+"""The critic: a lightweight Transformer encoder (seed 000 §3.2) or a policy-sized backbone.
+
+`critic: light` (default): a 3-layer Transformer encoder, hidden 1024 (params), reading only the
+first 256 tokens of prompt + response (truncated, and padded only to the longest sequence of
+the batch, never to 256), predicting a value per position. `critic: full`: the policy's
+architecture (AutoModel from the policy's config or weights) plus a linear value head, kept
+for comparison (bench/critic_bench.py).
+
+    python -m pytest -q tests/test_ppo_critic.py
+
+Definitions (the seed states the ideas, these are the precise versions):
+
+- Reward-aware attention (§3.2: weight 1.2 on positions the RM rates high, 0.8 where it rates
+  low). Per-position RM attribution is the *prefix-score increment*: the RM's score of the prefix
+  ending at response token t minus that of the prefix ending at t-1 (a sequence-classification
+  RM computes a score at every position in the same forward pass that scores the whole
+  sequence, so this costs nothing extra; `reward.HFScorer.token_scores` reads it). Within each
+  sequence, response tokens whose increment is in the top `weight_frac` get `weight_high`, the
+  bottom `weight_frac` get `weight_low`, all others (and prompt tokens) 1.0. The weights scale
+  attention to those keys: log(w) is added to the attention logits, so after the softmax a key
+  of weight w gets w times the attention it had relative to a weight-1 key.
+- Value per position: `values[:, t]` for response token t is the encoder's output at the
+  position just before t (the last prompt token for t = 0), i.e. V of the state in which t is
+  generated. Response tokens beyond the 256-token window reuse the window's last value.
+- Loss: the clipped Huber value loss (`core.value_loss(kind="huber")`) plus `kl_reg_coef` times
+  a KL regulariser pulling the critic's value distribution toward the RM's: over the batch, fit
+  a Gaussian to the RM scores (mean, std) and one to the critic's value at each sequence's last
+  response token (the value that should equal the expected final score), and take the closed
+  form KL(N_rm || N_critic), both stds floored at 0.1 so an untrained critic's near-constant
+  output does not blow it up.
+- Attention-mask assertion (§5.3: padding must never be attended): `check_attention_mask`
+  checks the mask is 0/1, right-padded (a run of ones then zeros), non-empty in every row and
+  0 wherever the token is padding; the forward pass also asserts that every padded key gets
+  -inf attention. (The seed's own `mask.sum() > 0.9 * numel` is a heuristic that fails on any
+  batch with more than 10% padding, so it is not used.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from rlhf.pipeline.ppo import core
+
+
+# --------------------------------------------------------------------------- inputs
+def pack_right(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int,
+               max_tokens: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompt + response token lists as one right-padded batch, truncated to `max_tokens`.
+
+    Returns input_ids [B, L], attention_mask [B, L] (1 = real token) and response_start [B]
+    (index of the first response token in the untruncated sequence). L is the longest
+    (truncated) sequence of the batch, never more.
+    """
+    seqs = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids)]
+    if max_tokens is not None:
+        seqs = [s[:max_tokens] for s in seqs]
+    length = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    start = torch.tensor([len(p) for p in prompt_ids], dtype=torch.long)
+    return ids, mask, start
+
+
+def response_values(values: torch.Tensor, attention_mask: torch.Tensor,
+                    response_start: torch.Tensor, n_response: int) -> torch.Tensor:
+    """[B, n_response] per-response-token values from per-position critic outputs [B, L].
+
+    Token t's value is the output at position start + t - 1 (the state before t); positions past
+    the (possibly truncated) sequence reuse the last real position's value.
+    """
+    last_real = attention_mask.sum(1) - 1  # [B]
+    t = torch.arange(n_response, device=values.device)
+    pos = response_start[:, None] - 1 + t[None, :]  # [B, T]
+    pos = torch.minimum(pos.clamp_min(0), last_real[:, None])
+    return torch.gather(values, 1, pos)
+
+
+def check_attention_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         pad_id: int | None = None) -> None:
+    """AssertionError unless the mask is a valid right-padding mask (seed 000 §5.3)."""
+    assert attention_mask.shape == input_ids.shape, "attention mask and input ids differ in shape"
+    m = attention_mask.long()
+    assert bool(((m == 0) | (m == 1)).all()), "attention mask must hold only 0 and 1"
+    assert bool((m.sum(1) > 0).all()), "a sequence has no attended token"
+    # right padding: once a 0 appears, the rest of the row is 0 (no attended token after padding)
+    assert bool((m[:, 1:] <= m[:, :-1]).all()), "attention mask is not a right-padding mask"
+    if pad_id is not None:
+        lengths = m.sum(1)
+        positions = torch.arange(m.shape[1], device=m.device)[None, :]
+        beyond = positions >= lengths[:, None]
+        assert bool((input_ids[beyond] == pad_id).all()), \
+            "a position past the sequence end holds a non-pad token"
+        # with a dedicated pad token (pad != eos), an attended pad means the mask is broken
+        assert not bool((input_ids[~beyond] == pad_id).any()), \
+            "a padding token is attended (seed 000 §5.3)"
+
+
+def reward_attention_weights(prefix_scores: torch.Tensor, response_mask: torch.Tensor,
+                             weight_high: float = 1.2, weight_low: float = 0.8,
+                             weight_frac: float = 0.25) -> torch.Tensor:
+    """[B, L] key weights from per-position RM prefix scores [B, L] (see module docstring).
+
+    `response_mask` [B, L] marks the response tokens, the only ones that get a weight != 1.
+    The increment at the first response token is taken against the score of the prompt alone
+    (the previous position), so prompt positions need a score too (0 is fine when unknown).
+    """
+    inc = prefix_scores.clone()
+    inc[:, 1:] = prefix_scores[:, 1:] - prefix_scores[:, :-1]
+    weights = torch.ones_like(prefix_scores)
+    for i in range(prefix_scores.shape[0]):
+        idx = torch.nonzero(response_mask[i].bool()).flatten()
+        n = int(idx.numel())
+        k = int(math.floor(weight_frac * n))
+        if k == 0:
+            continue
+        # stable order: ties broken by position, so the weights are deterministic
+        order = idx[torch.argsort(inc[i, idx], stable=True)]
+        weights[i, order[:k]] = weight_low
+        weights[i, order[n - k:]] = weight_high
+    return weights
+
+
+def gaussian_kl(target: torch.Tensor, pred: torch.Tensor, std_floor: float = 0.1) -> torch.Tensor:
+    """KL(N(mean, std of target) || N(mean, std of pred)) over a batch of scalars (differentiable
+    in `pred`). Used to pull the critic's value distribution toward the RM's (seed 000 §3.2).
+
+    Both stds are floored at `std_floor`: a freshly initialised critic predicts nearly the same
+    value everywhere, and an unfloored KL would then explode (it grows as 1 / std_pred^2).
+    """
+    mu_t, mu_p = target.mean(), pred.mean()
+    sd_t = target.std(unbiased=False).clamp_min(std_floor)
+    sd_p = pred.std(unbiased=False).clamp_min(std_floor)
+    return torch.log(sd_p / sd_t) + (sd_t**2 + (mu_t - mu_p) ** 2) / (2 * sd_p**2) - 0.5
+
+
+def critic_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                mask: torch.Tensor, rm_scores: torch.Tensor, clip_range_value: float | None,
+                huber_delta: float, kl_reg_coef: float
+                ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Huber value loss + kl_reg_coef * KL(RM score distribution || last-token value distribution).
+
+    values/old_values/returns/mask: [B, T] over response tokens; rm_scores: [B].
+    """
+    vloss, vclip = core.value_loss(values, old_values, returns, mask, clip_range_value,
+                                   kind="huber", huber_delta=huber_delta)
+    loss = vloss
+    reg = torch.zeros((), dtype=values.dtype)
+    rows = mask.bool().any(1)  # rollouts without a trainable token (fallbacks) sit out
+    if kl_reg_coef > 0 and int(rows.sum()) > 1:
+        last = core.last_token_index(mask[rows])
+        v_last = values[rows][torch.arange(int(rows.sum())), last]
+        reg = gaussian_kl(rm_scores[rows].to(values.dtype), v_last)
+        loss = loss + kl_reg_coef * reg
+    return loss, {"value_loss": float(vloss.detach()), "value_clipfrac": float(vclip),
+                  "critic_kl_reg": float(reg.detach())}
+
+
+# --------------------------------------------------------------------------- models
+class LightCritic(nn.Module):
+    """3-layer Transformer encoder over the first `max_tokens` tokens; a value per position."""
+
+    def __init__(self, vocab_size: int, hidden_size: int = 1024, num_layers: int = 3,
+                 num_heads: int = 8, max_tokens: int = 256, dropout: float = 0.0,
+                 pad_id: int = 0):
+        super().__init__()
+        self.max_tokens, self.num_heads, self.pad_id = max_tokens, num_heads, pad_id
+        self.embed = nn.Embedding(vocab_size, hidden_size)
+        self.pos = nn.Embedding(max_tokens, hidden_size)
+        layer = nn.TransformerEncoderLayer(hidden_size, num_heads, 4 * hidden_size, dropout,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(hidden_size)
+        self.head = nn.Linear(hidden_size, 1)
+
+    def attention_bias(self, attention_mask: torch.Tensor,
+                       key_weights: torch.Tensor | None) -> torch.Tensor:
+        """[B * heads, L, L] additive bias: -inf on padded keys, log(weight) on real keys."""
+        B, L = attention_mask.shape
+        keep = attention_mask.bool()
+        w = attention_mask.new_ones((B, L)).float() if key_weights is None else key_weights.float()
+        bias = torch.where(keep, torch.log(w.clamp_min(1e-6)), torch.full_like(w, -math.inf))
+        bias = bias[:, None, None, :].expand(B, self.num_heads, L, L).reshape(-1, L, L)
+        # §5.3: a padded key must never receive attention
+        assert bool(torch.isneginf(bias.view(B, self.num_heads, L, L)
+                                   .masked_select(~keep[:, None, None, :])).all()), \
+            "a padded position would be attended"
+        return bias
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                key_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """values [B, L'] for input_ids/attention_mask [B, L] (L' = min(L, max_tokens))."""
+        input_ids = input_ids[:, : self.max_tokens]
+        attention_mask = attention_mask[:, : self.max_tokens].float()  # §5.3: float, not bool
+        if key_weights is not None:
+            key_weights = key_weights[:, : self.max_tokens]
+        check_attention_mask(input_ids, attention_mask, self.pad_id)
+        L = input_ids.shape[1]
+        h = self.embed(input_ids) + self.pos(torch.arange(L, device=input_ids.device))[None]
+        bias = self.attention_bias(attention_mask, key_weights).to(h.dtype)
+        h = self.encoder(h, mask=bias)
+        values = self.head(self.norm(h)).squeeze(-1)
+        return values * attention_mask  # padded positions report 0, never a stray value
+
+
+class FullCritic(nn.Module):
+    """A policy-sized backbone (transformers AutoModel) plus a linear value head."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, pad_id: int = 0):
+        super().__init__()
+        self.backbone, self.pad_id = backbone, pad_id
+        self.head = nn.Linear(hidden_size, 1)
+        self.max_tokens = None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                key_weights: torch.Tensor | None = None) -> torch.Tensor:
+        check_attention_mask(input_ids, attention_mask, self.pad_id)
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(h).squeeze(-1) * attention_mask.to(h.dtype)
+
+
+def build_critic(kind: str, vocab_size: int, pad_id: int, hidden_size: int = 1024,
+                 num_layers: int = 3, num_heads: int = 8, max_tokens: int = 256,
+                 policy_source: str | None = None, policy_config=None) -> nn.Module:
+    """`kind="light"`: LightCritic. `kind="full"`: AutoModel of the policy (weights from
+    `policy_source` when given, else a fresh model from `policy_config`) + value head."""
+    if kind == "light":
+        return LightCritic(vocab_size, hidden_size, num_layers, num_heads, max_tokens,
+                           pad_id=pad_id)
+    if kind == "full":
+        from transformers import AutoModel
+
+        if policy_source is not None:
+            backbone = AutoModel.from_pretrained(policy_source)
+        elif policy_config is not None:
+            backbone = AutoModel.from_config(policy_config)
+        else:
+            raise ValueError("critic 'full' needs the policy's weights or config")
+        return FullCritic(backbone, backbone.config.hidden_size, pad_id)
+    raise ValueError(f"unknown critic {kind!r}; use 'light' or 'full'")

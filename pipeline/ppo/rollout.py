@@ -1,0 +1,62 @@
+"""The Rollout: one batch of generated responses and everything PPO computes about them.
+
+One dataclass carries a batch through the loop (generate -> score -> advantages -> PPO epochs ->
+records); the shape comment on each field says what it holds. B = rollouts in the batch (this
+process), P = prompt length (left-padded), T = response length (right-padded), L = critic input
+length (prompt + response, right-padded, at most `critic_max_tokens`).
+
+    python -c "from rlhf.pipeline.ppo.rollout import Rollout; help(Rollout)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Rollout:
+    # --- what was asked and generated
+    prompt_ids: list[str]            # [B] store prompt ids
+    prompts: list[str]               # [B] prompt texts (as given to the formatter)
+    responses: list[str]             # [B] decoded responses (fallback text on a timeout)
+    query: torch.Tensor              # [B, P] prompt tokens, left-padded with pad_id
+    query_mask: torch.Tensor         # [B, P] 1 on real prompt tokens
+    response: torch.Tensor           # [B, T] response tokens up to and including eos, then pad
+    response_mask: torch.Tensor      # [B, T] bool, true on real response tokens
+    valid: torch.Tensor              # [B] bool, false for fallback rollouts (no gradient)
+    flags: list[list[str]]           # [B] e.g. ["timeout"], ["no_eos"]
+    policy_version: str              # checkpoint id of the policy that generated the batch
+    # --- scored
+    scores: torch.Tensor | None = None        # [B] scalar reward from the scorer
+    confidence: torch.Tensor | None = None    # [B] scorer confidence in [0, 1]
+    # --- from the policy and reference forward passes (full vocabulary, §5.4)
+    logprobs: torch.Tensor | None = None      # [B, T] log pi_old(token)
+    ref_logprobs: torch.Tensor | None = None  # [B, T] log pi_ref(token)
+    kl: torch.Tensor | None = None            # [B, T] per-token KL(pi_old || pi_ref)
+    entropy: torch.Tensor | None = None       # [B, T] entropy of pi_old at each position
+    # --- critic inputs and outputs
+    critic_ids: torch.Tensor | None = None    # [B, L] prompt + response, right-padded, truncated
+    critic_mask: torch.Tensor | None = None   # [B, L] 1 on real tokens
+    critic_start: torch.Tensor | None = None  # [B] index of the first response token
+    key_weights: torch.Tensor | None = None   # [B, L] reward-aware attention weights (§3.2)
+    values: torch.Tensor | None = None        # [B, T] V_old(s_t)
+    # --- advantages
+    rewards: torch.Tensor | None = None       # [B, T] per-token rewards (KL penalty + score)
+    advantages: torch.Tensor | None = None    # [B, T] GAE advantages (whitened if configured)
+    returns: torch.Tensor | None = None       # [B, T] advantages + values (unwhitened)
+    extras: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """[B, T] bool: real response tokens of valid (non-fallback) rollouts."""
+        return self.response_mask & self.valid[:, None]
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """[B] number of real response tokens."""
+        return self.response_mask.sum(1)

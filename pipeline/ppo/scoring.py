@@ -1,0 +1,99 @@
+"""The scorer interface PPO reads rewards from, and its adapter for a transformers RM.
+
+A scorer is any object with `score(prompts, responses) -> (rewards [B], confidence [B])`
+(tensors or sequences of floats). It may also offer `token_scores(prompts, responses, n_tokens)
+-> list[(prompt_score, [score after each response token])]`, the per-position RM attribution
+the light critic's reward-aware attention uses (seed 000 §3.2; see critic.py). The reward stage
+builds the light RM; `HFScorer` wraps any AutoModelForSequenceClassification checkpoint.
+
+    python -c "from rlhf.pipeline.ppo.scoring import HFScorer; s = HFScorer.load('artifacts/models/rm_light'); print(s.score(['hi'], ['hello']))"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    def score(self, prompts: list[str], responses: list[str]): ...
+
+
+def text_format():
+    """(format_prompt, format_sample) from pipeline/text.py (the reward helper's contract), or
+    plain concatenation when that module is not there yet."""
+    try:
+        from rlhf.pipeline.text import format_prompt, format_sample
+    except ImportError:
+        def format_prompt(prompt: str) -> str:
+            return prompt
+
+        def format_sample(prompt: str, response: str) -> str:
+            return f"{prompt} {response}"
+    return format_prompt, format_sample
+
+
+class HFScorer:
+    """A sequence-classification RM as a scorer. Confidence is 1.0: a single RM has no estimate
+    of its own uncertainty (the reward stage's ensemble scorer supplies a real one)."""
+
+    name = "light_rm"
+
+    def __init__(self, model, tokenizer, max_length: int = 512):
+        self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
+        self.format_prompt, self.format_sample = text_format()
+
+    @classmethod
+    def load(cls, path: str) -> HFScorer:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path)
+        return cls(AutoModelForSequenceClassification.from_pretrained(path), tok)
+
+    def _encode(self, texts: list[str]):
+        self.tokenizer.padding_side = "right"
+        return self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                              max_length=self.max_length)
+
+    @torch.no_grad()
+    def score(self, prompts: list[str], responses: list[str]):
+        enc = self._encode([self.format_sample(p, r) for p, r in zip(prompts, responses)])
+        logits = self.model(**enc).logits[:, 0].float()
+        return logits, torch.ones_like(logits)
+
+    @torch.no_grad()
+    def token_scores(self, prompts: list[str], responses: list[str], n_tokens: list[int]):
+        """Per-position scores: the score head applied to every hidden state (what the RM would
+        say if the text ended there), for the prompt end and each of `n_tokens[i]` policy tokens.
+
+        The RM's own tokens of the response are mapped onto the policy's proportionally (they
+        coincide when both share the tokenizer, as in the embedded default).
+        """
+        enc = self._encode([self.format_sample(p, r) for p, r in zip(prompts, responses)])
+        base = getattr(self.model, self.model.base_model_prefix)
+        hidden = base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
+        per_pos = self.model.score(hidden)[..., 0].float()  # [B, L]
+        out = []
+        for i, (p, n) in enumerate(zip(prompts, n_tokens)):
+            length = int(enc["attention_mask"][i].sum())
+            n_prompt = len(self.tokenizer(self.format_prompt(p), add_special_tokens=True)
+                           ["input_ids"])
+            n_prompt = min(max(n_prompt, 1), length)
+            prompt_score = float(per_pos[i, n_prompt - 1])
+            resp = per_pos[i, n_prompt:length].tolist() or [prompt_score]
+            mapped = [resp[min(len(resp) - 1, (j * len(resp)) // max(n, 1))] for j in range(n)]
+            out.append((prompt_score, mapped))
+        return out
+
+
+def load_scorer(path: str | Path):
+    """The scorer saved at `path`: the reward stage's own loader when it provides one
+    (`rlhf.pipeline.reward.load_scorer`), else a sequence-classification checkpoint."""
+    try:
+        from rlhf.pipeline.reward import load_scorer as reward_loader
+    except ImportError:
+        return HFScorer.load(str(path))
+    return reward_loader(path)

@@ -1,0 +1,81 @@
+"""PPOConfig loads from params.yaml and refuses bad sampling settings (seed 001 §5.1)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rlhf.pipeline.config import ConfigError, build, load_section
+from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation, check_gradient_accumulation
+
+
+def test_params_yaml_ppo_section_loads(repo):
+    cfg = load_section(repo / "params.yaml", "ppo")
+    assert isinstance(cfg, PPOConfig)
+    assert cfg.lambda_eps_table == ((0, 0.92, 0.10), (1000, 0.95, 0.15), (5000, 0.98, 0.08))
+
+
+def test_defaults_are_plain_ppo():
+    cfg = PPOConfig()
+    switches = [f.name for f in dataclasses.fields(cfg)
+                if f.name.endswith("_on") and f.name not in ("gradnorm_diagnostics_on",
+                                                              "reward_attention_on")]
+    assert switches and not any(getattr(cfg, s) for s in switches)
+    assert cfg.rollout_dropout_on is False and cfg.debug_rollouts is False
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"temperature": 0.3}, "temperature must be > 0.3"),
+    ({"temperature": 0.1}, "seed 001 §5.1"),
+    ({"top_p": 0.96}, "top_p must be in (0, 0.95]"),
+    ({"top_p": 1.0}, "top_p"),
+    ({"batch_size": 6, "mini_batch_size": 4}, "multiple of ppo.mini_batch_size"),
+    ({"lambda_eps_table": [[5, 0.9, 0.1]]}, "start at step 0"),
+    ({"kl_estimator": "k5"}, "kl_estimator"),
+    ({"critic": "huge"}, "critic"),
+])
+def test_bad_settings_are_clear_config_errors(data, needle):
+    with pytest.raises(ConfigError) as exc:
+        build(PPOConfig, data, "ppo")
+    assert needle in str(exc.value) and "[ppo]" in str(exc.value)
+
+
+def test_sampling_limits_are_inclusive_where_the_issue_says():
+    assert build(PPOConfig, {"temperature": 0.31, "top_p": 0.95}, "ppo").top_p == 0.95
+
+
+def test_attention_and_accumulation_helpers():
+    assert attn_implementation("eager") == "eager"
+    try:
+        import flash_attn  # noqa: F401
+        expected = "flash_attention_2"
+    except Exception:
+        expected = "sdpa"
+    assert attn_implementation("auto") == expected
+    check_gradient_accumulation(8, 8)
+    check_gradient_accumulation(4, 2)
+    with pytest.raises(ConfigError, match="5.5"):
+        check_gradient_accumulation(3, 2)
+
+
+def test_deepspeed_config_follows_seed_000(repo):
+    import json
+
+    ds = json.loads((repo / "configs" / "deepspeed_zero3.json").read_text())
+    zero = ds["zero_optimization"]
+    assert zero["stage"] == 3
+    assert zero["offload_optimizer"]["device"] == "cpu"
+    assert zero["offload_param"]["device"] == "none"
+    assert ds["communication_data_type"] == "fp16"
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is False
+
+
+def test_config_and_schedules_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, rlhf.pipeline.ppo.config, rlhf.pipeline.ppo.diagnostics; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
