@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -41,6 +42,8 @@ def params_check(
 
 
 app.command("doctor")(doctor_cmd.doctor)
+app.command("ingest")(funnel_cmd.ingest)
+app.command("dedup")(funnel_cmd.dedup)
 
 
 def main() -> None:

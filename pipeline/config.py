@@ -23,6 +23,8 @@ T = TypeVar("T")
 # Section name -> "module:Class" of its typed config. Imported lazily so that `rlhf --help`
 # and the pure-math modules stay fast to import.
 SECTIONS: dict[str, str] = {
+    "ingest": "rlhf.pipeline.ingest:IngestConfig",
+    "dedup": "rlhf.pipeline.dedup:DedupConfig",
 }
 
 
