@@ -68,7 +68,8 @@ def ingest(
     ok = result.input_rows == result.kept + result.rejected
     console.print(f"input {result.input_rows:,} = kept {result.kept:,} + rejected "
                   f"{result.rejected:,} [{'green' if ok else 'red'}]{'ok' if ok else 'BROKEN'}[/]; "
-                  f"external pairs {result.external_pairs:,}; tokens: {result.tokenizer}",
+                  f"external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} unaligned "
+                  f"skipped); tokens: {result.tokenizer}",
                   highlight=False)
 
 

@@ -112,7 +112,7 @@ EMAIL_RE = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z
 _URL_SCHEME_RE = re.compile(r"(?i)\b(?:https?|ftp)://[^\s<>\"']+|\bwww\.[\w-]+\.[^\s<>\"']+")
 _PHONE_INTL_RE = re.compile(r"(?<![\w+])\+\d[\d ().-]{5,24}\d(?![\w])")
 _PHONE_NATIONAL_RE = re.compile(
-    r"(?<![\w.+/-])(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])(?:\d{2,4}[ .-]){0,3}\d{2,5}(?![\w/-]|\.\d)")
+    r"(?<![\w.+/-])(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])(?:\d{2,4}[ .-]){0,3}\d{2,8}(?![\w/-]|\.\d)")
 _NANP_RE = re.compile(r"\d{3}[ .-]\d{3}[ .-]\d{4}")  # 415-555-2671, 415.555.2671
 _PHONE_COMPACT_RE = re.compile(
     r"(?<![\w.+-])(?:1[3-9]\d{9}"  # Chinese mobile 13800138000
@@ -210,6 +210,7 @@ class Record:
     provenance: dict[str, Any] = field(default_factory=dict)
     created_at: dt.datetime | None = None
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    pairs_skipped: int = 0  # pairs the adapter could not align (histories differ)
     n_tokens: int = 0
 
     def reject(self, code: str) -> None:
@@ -335,6 +336,8 @@ def adapt_hh_rlhf(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
             "n_turns": sum(role == "Human" for role, _ in context),
             "chosen": c_turns[-1][1], "rejected": r_turns[-1][1],
             "chosen_rank": None, "rejected_rank": None})
+    else:  # a handful of hh-rlhf rows split the two dialogues at different turns
+        rec.pairs_skipped += 1
 
 
 _OA_ROLE = {"prompter": "Human", "assistant": "Assistant"}
@@ -632,6 +635,7 @@ class IngestResult:
     by_reason: Counter = field(default_factory=Counter)
     by_file: dict[str, dict[str, int]] = field(default_factory=dict)
     external_pairs: int = 0
+    external_pairs_skipped: int = 0
     skipped_files: list[str] = field(default_factory=list)
     tokenizer: str = ""
 
@@ -641,6 +645,7 @@ class IngestResult:
             "invariant_holds": self.input_rows == self.kept + self.rejected,
             "by_reason": {code: self.by_reason.get(code, 0) for code in REASON_CODES},
             "by_file": self.by_file, "external_pairs": self.external_pairs,
+            "external_pairs_skipped": self.external_pairs_skipped,
             "skipped_files": self.skipped_files, "tokenizer": self.tokenizer,
         }
 
@@ -720,6 +725,7 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
             "source_file": rec.source_file, "source_line": rec.source_line,
             "provenance": _provenance_json(rec.provenance), "created_at": rec.created_at,
             "n_tokens": rec.n_tokens})
+        result.external_pairs_skipped += rec.pairs_skipped
         for pair in rec.pairs:
             result.external_pairs += 1
             writers["external_pairs"].write({
