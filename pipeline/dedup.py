@@ -22,9 +22,10 @@ SemDeDup and NeMo Curator do): spherical k-means into partitions of about `parti
 exact linkage inside each, then a merge step for clusters split by a partition boundary. For
 complete and average linkage two clusters can only merge when their normalised centroids are
 within the threshold (the mean of cross-pair similarities bounds the centroid similarity), so the
-merge step compares each cluster's centroid with the clusters of its `merge_partitions` nearest
-other partitions and merges a candidate pair when the linkage distance between the two member
-sets is within the threshold. Memory: O(n d + partition_size²).
+merge step compares each cluster's centroid with the clusters of the partitions its members sit
+next to (each member's `merge_partitions` nearest other partitions) and merges a candidate pair
+when the linkage distance between the two member sets is within the threshold. Memory:
+O(n d + partition_size²); time: O(n partition_size d).
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ class DedupConfig:
     # Up to this many distinct texts, exact linkage over all of them; above it, partitions.
     exact_max_size: int = 10_000
     # Target partition size of the scalable path (exact linkage cost: partition_size² per part).
-    partition_size: int = 4_000
+    partition_size: int = 2_000
     # Merge step: each cluster is compared with the clusters of this many nearest other partitions.
-    merge_partitions: int = 2
+    merge_partitions: int = 3
     # Diversity (seed 000 §3.1 level one): KMeans topic clusters over the kept prompts.
     topic_clusters: int = 8
     # Split of the kept prompts by a stable hash of prompt_id (fractions sum to 1).
@@ -193,8 +194,16 @@ def embed_with_cache(texts: dict[str, str], cfg: DedupConfig, cache_dir: str | P
 
 def condensed_cosine(x: np.ndarray, block: int = 2048) -> np.ndarray:
     """The condensed cosine distance matrix of unit rows, as scipy's pdist lays it out, computed
-    by BLAS blocks (float64 output, n(n-1)/2 entries)."""
+    with BLAS (float64 output, n(n-1)/2 entries). Up to 8k rows via the square matrix; above,
+    block by block so the peak stays near the condensed size."""
+    from scipy.spatial.distance import squareform
+
     n = len(x)
+    if n <= 8192:
+        dist = (1.0 - x @ x.T).astype(np.float64)
+        np.fill_diagonal(dist, 0.0)
+        np.clip(dist, 0.0, 2.0, out=dist)
+        return squareform(dist, checks=False)
     out = np.empty(n * (n - 1) // 2, dtype=np.float64)
     pos = 0
     for a in range(0, n, block):
@@ -227,14 +236,22 @@ def exact_labels(x: np.ndarray, threshold: float, method: str = "complete") -> n
 
 
 def _kmeans(x: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """k-means labels of unit rows; above 20k rows, MiniBatchKMeans fitted on a sample (the
+    partition only needs coarse cells), then every row assigned to its nearest centre."""
     from sklearn.cluster import KMeans, MiniBatchKMeans
 
     if len(x) <= 20_000:
-        km = KMeans(n_clusters=k, random_state=seed, n_init=1, max_iter=50)
-    else:
-        km = MiniBatchKMeans(n_clusters=k, random_state=seed, n_init=1, batch_size=4096,
-                             max_iter=20, max_no_improvement=5)
-    return km.fit_predict(x)
+        return KMeans(n_clusters=k, random_state=seed, n_init=1, max_iter=50).fit_predict(x)
+    rng = np.random.default_rng(seed)
+    sample = x[np.sort(rng.choice(len(x), size=min(len(x), max(30_000, 50 * k)), replace=False))]
+    km = MiniBatchKMeans(n_clusters=k, random_state=seed, n_init=1, batch_size=4096, init="random",
+                         max_iter=10, max_no_improvement=3).fit(sample)
+    centres = km.cluster_centers_.astype(np.float32)
+    half_sq = 0.5 * (centres**2).sum(axis=1)
+    out = np.empty(len(x), np.int64)
+    for a in range(0, len(x), 65_536):
+        out[a:a + 65_536] = np.argmax(x[a:a + 65_536] @ centres.T - half_sq, axis=1)
+    return out
 
 
 def partition(x: np.ndarray, size: int, seed: int) -> list[np.ndarray]:
@@ -260,6 +277,14 @@ def _group(labels: np.ndarray) -> list[np.ndarray]:
     order = np.argsort(labels, kind="stable")
     bounds = np.flatnonzero(np.diff(labels[order])) + 1
     return [g for g in np.split(order, bounds) if len(g)]
+
+
+def _grouped_by(keys: np.ndarray, values: np.ndarray) -> tuple[list[int], list[np.ndarray]]:
+    """(distinct keys, the values of each) for integer keys."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    return [int(g[0]) for g in np.split(k, bounds) if len(g)], [g for g in np.split(v, bounds) if len(g)]
 
 
 def _linkage_distance(a: np.ndarray, b: np.ndarray, method: str) -> float:
@@ -319,25 +344,32 @@ def _merge_boundaries(x: np.ndarray, labels: np.ndarray, part_of: np.ndarray,
     cent = _centroids(x, labels, n_clusters)  # (C, d)
     part_cent = normalize(np.stack([x[idx].mean(axis=0) for idx in parts]))  # (P, d)
     m = min(m, len(parts) - 1)
-    # the m nearest other partitions of each cluster centroid, in blocks to bound memory
-    near = np.empty((n_clusters, m), np.int64)
-    for a in range(0, n_clusters, 65_536):
-        s = cent[a:a + 65_536] @ part_cent.T  # (block, P)
-        s[np.arange(len(s)), part_of[a:a + 65_536]] = -np.inf
-        near[a:a + 65_536] = np.argsort(-s, axis=1, kind="stable")[:, :m]
+    n_parts = len(parts)
+    # Candidate partitions of a cluster: the m nearest other partitions of each of its members
+    # (a near-duplicate split off by k-means sits just across the boundary of its member's cell).
+    part_of_row = part_of[labels]
+    codes = []
+    for a in range(0, len(x), 65_536):
+        s = x[a:a + 65_536] @ part_cent.T  # (block, P)
+        s[np.arange(len(s)), part_of_row[a:a + 65_536]] = -np.inf
+        near = np.argpartition(-s, m - 1, axis=1)[:, :m] if m < n_parts else np.argsort(-s, 1)
+        codes.append((labels[a:a + 65_536, None] * n_parts + near).ravel())
+    cq = np.unique(np.concatenate(codes))  # cluster * P + partition, each pair once
+    ask_cluster, ask_part = cq // n_parts, cq % n_parts
     clusters_in = _group(part_of)
     pairs: dict[tuple[int, int], float] = {}
     min_sim = 1.0 - threshold
-    for q in range(len(parts)):
-        asking = np.flatnonzero((near == q).any(axis=1))
+    for q, asking in zip(*_grouped_by(ask_part, ask_cluster)):
         targets = clusters_in[q]
         for a in range(0, len(asking), 4096):
             rows = asking[a:a + 4096]
             s = cent[rows] @ cent[targets].T  # (block, |q|)
-            ii, jj = np.nonzero(s >= min_sim)
-            for i, j in zip(rows[ii].tolist(), targets[jj].tolist()):
+            hit = np.flatnonzero(s.max(axis=1) >= min_sim)  # few rows hit: threshold only those
+            ii, jj = np.nonzero(s[hit] >= min_sim)
+            ii = hit[ii]
+            for i, j, sim in zip(rows[ii].tolist(), targets[jj].tolist(), s[ii, jj].tolist()):
                 key = (i, j) if i < j else (j, i)
-                pairs[key] = max(pairs.get(key, -1.0), float(cent[i] @ cent[j]))
+                pairs[key] = max(pairs.get(key, -1.0), sim)
     info.merge_candidates = len(pairs)
     if not pairs:
         return labels
@@ -435,6 +467,38 @@ def split_of(prompt_id: str, fractions: dict[str, float], salt: str) -> str:
         if u < acc:
             return name
     return next(s for s in reversed(names) if fractions[s] > 0)
+
+
+def planted_unit_vectors(n: int, dim: int = 384, dup_share: float = 0.3, max_group: int = 5,
+                         max_spread: float = 0.15, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random unit vectors with planted near-duplicate groups, for tests and the benchmark.
+
+    About `dup_share` of the rows belong to groups of 2..max_group members, each at cosine
+    distance U(0.01, max_spread) from its group's random centre (so members are within about
+    2 * max_spread of each other); centres are random, hence about 1.0 apart in 384-d.
+    Returns (vectors (n, dim) float32, planted group id per row).
+    """
+    rng = np.random.default_rng(seed)
+    sizes: list[int] = []
+    grouped = 0
+    while grouped < dup_share * n:
+        k = int(rng.integers(2, max_group + 1))
+        sizes.append(k)
+        grouped += k
+    sizes += [1] * max(0, n - grouped)
+    group = np.repeat(np.arange(len(sizes)), sizes)[:n]
+    rng.shuffle(group)
+    centres = normalize(rng.standard_normal((len(sizes), dim), dtype=np.float32))
+    x = centres[group]
+    member = np.bincount(group)[group] > 1
+    d = rng.uniform(0.01, max_spread, size=int(member.sum())).astype(np.float32)
+    noise = rng.standard_normal((len(d), dim), dtype=np.float32)
+    c = x[member]
+    noise -= (noise * c).sum(axis=1, keepdims=True) * c  # orthogonal to the centre
+    noise = normalize(noise)
+    cos = 1.0 - d
+    x[member] = cos[:, None] * c + np.sqrt(1.0 - cos**2)[:, None] * noise
+    return normalize(x), _first_appearance(group)
 
 
 # --------------------------------------------------------------------------------------------
