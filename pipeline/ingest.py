@@ -205,7 +205,7 @@ class Record:
     source_line: int
     raw: str
     reasons: list[str] = field(default_factory=list)
-    text: str | None = None  # set only when the text is a decodable string
+    text: str | None = None  # as read; set only when it is a decodable string (stored stripped)
     source_type: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     created_at: dt.datetime | None = None
@@ -281,7 +281,7 @@ def _set_text(rec: Record, text: Any) -> None:
     elif not is_encodable(text):
         rec.reject("invalid_utf8")
     else:
-        rec.text = text.strip()
+        rec.text = text  # filters see it as written (an indented first line is code)
 
 
 def adapt_generic(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
@@ -583,6 +583,7 @@ class TokenCounter:
                 self._tok = AutoTokenizer.from_pretrained(str(path))
             except (OSError, ValueError) as exc:
                 raise IngestError(f"cannot load tokenizer {path}: {exc}") from None
+            self._tok.model_max_length = 10**30  # we count tokens; the model never sees them
             self.name = f"{type(self._tok).__name__} from {path}"
 
     def __call__(self, texts: list[str]) -> list[int]:
@@ -708,7 +709,8 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
         result.input_rows += 1
         per_file = result.by_file.setdefault(rec.source_file, {"input": 0, "kept": 0, "rejected": 0})
         per_file["input"] += 1
-        prompt_id = content_hash(rec.text) if rec.text is not None else None
+        text = rec.text.strip() if rec.text is not None else None
+        prompt_id = content_hash(text) if text is not None else None
         if rec.reasons:
             result.rejected += 1
             per_file["rejected"] += 1
@@ -721,7 +723,7 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
         result.kept += 1
         per_file["kept"] += 1
         writers["prompts"].write({
-            "prompt_id": prompt_id, "text": rec.text, "source_type": rec.source_type,
+            "prompt_id": prompt_id, "text": text, "source_type": rec.source_type,
             "source_file": rec.source_file, "source_line": rec.source_line,
             "provenance": _provenance_json(rec.provenance), "created_at": rec.created_at,
             "n_tokens": rec.n_tokens})

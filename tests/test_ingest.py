@@ -372,3 +372,43 @@ def test_cli_ingest_prints_invariant_and_writes_metrics(world_sources, tmp_path)
     bad = CliRunner().invoke(app, ["ingest", "--sources", str(tmp_path / "missing"),
                                    "--out-store", str(tmp_path / "s2")])
     assert bad.exit_code == 2 and "not found" in bad.output and "Traceback" not in bad.output
+
+
+# ---------------------------------------------------------------------------------------------
+# The real world generator (issue 3): every planted defect, no clean prompt lost.
+
+def write_world_sources(root: Path, seed: int, n_lines: int) -> tuple[Path, list[dict], dict]:
+    """The world's three source files and truth.jsonl, written as `rlhf world generate` does
+    (without its tokenizer and demonstrations, which these tests do not need)."""
+    import random
+
+    from rlhf.pipeline.world import WorldConfig, sources
+
+    cfg = WorldConfig(seed=seed, n_prompts=n_lines)
+    by_file, gen = sources.generate(random.Random(f"{seed}:sources"), n_lines,
+                                    dict(cfg.source_mix), cfg.defect_rate, cfg.exact_dup_rate,
+                                    cfg.paraphrase_rate, cfg.long_prompt_words)
+    for source, rows in by_file.items():
+        path = root / sources.FILES[source]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(r.to_bytes() + b"\n" for r in rows))
+    truth = [json.loads(line) for line in sources.truth_lines(gen["rows"])]
+    return root / "sources", truth, gen["counts"]
+
+
+@pytest.mark.parametrize("seed, n_lines", [(0, 2000), (11, 500)])
+def test_world_planted_defects_all_quarantined_no_clean_prompt_lost(tmp_path, seed, n_lines):
+    sources, truth, counts = write_world_sources(tmp_path / "world", seed, n_lines)
+    result = run_ingest([sources], tmp_path / "store", CFG)
+    got = _outcome(tmp_path / "store")
+    assert len(got) == len(truth) == n_lines
+    wrong = [(t["file"], t["line"], t["expected"], got[(t["file"], t["line"])]) for t in truth
+             if sorted(got[(t["file"], t["line"])]) != sorted(t["expected"])]
+    assert not wrong, wrong[:10]
+    clean = {(t["file"], t["line"]) for t in truth if not t["expected"]}
+    kept = {(r["source_file"], r["source_line"])
+            for r in read_table("prompts", tmp_path / "store" / "prompts").to_pylist()}
+    assert kept == clean  # no clean prompt lost, no defect kept
+    assert result.input_rows == result.kept + result.rejected == n_lines
+    assert result.rejected == counts["defect_rows"]
+    assert {c: n for c, n in result.by_reason.items() if n} == counts["defect_rows_per_code"]
