@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
-
 from rlhf.cli.common import fail
 
 console = Console()

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.dedup import (
@@ -18,7 +16,6 @@ from rlhf.pipeline.dedup import (
     DedupError,
     cluster,
     condensed_cosine,
-    embed_with_cache,
     exact_labels,
     kept_agreement,
     partitioned_labels,
@@ -31,8 +28,8 @@ from rlhf.pipeline.dedup import (
 from rlhf.pipeline.ingest import IngestConfig, run_ingest
 from rlhf.store import content_hash
 from rlhf.store.io import read_table
-
 from test_ingest import write_world_sources
+from typer.testing import CliRunner
 
 
 def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
@@ -65,7 +62,7 @@ def test_exact_linkage_recovers_planted_groups():
 
 
 def test_partitioned_agrees_with_exact_and_merges_split_groups():
-    x, groups = planted_unit_vectors(3000, seed=4)
+    x, _ = planted_unit_vectors(3000, seed=4)
     lengths = np.random.default_rng(0).integers(5, 200, len(x))
     exact = exact_labels(x, 0.35, "complete")
     part, info = partitioned_labels(x, 0.35, "complete", partition_size=200, merge_partitions=3,
@@ -82,7 +79,7 @@ def test_partitioned_agrees_with_exact_and_merges_split_groups():
 
 
 def test_cluster_switches_path_at_exact_max_size():
-    x, groups = planted_unit_vectors(600, seed=5)
+    x, _ = planted_unit_vectors(600, seed=5)
     small = DedupConfig(exact_max_size=1000)
     big = DedupConfig(exact_max_size=100, partition_size=100)
     la, ia = cluster(x, small)
@@ -244,7 +241,8 @@ def test_realdata_hh_repeats_collapse_no_prompt_lost(realdata, tmp_path):
 
     from rlhf.pipeline.ingest import split_dialogue
 
-    lines = gzip.open(realdata / "hh-rlhf__harmless-base_test.jsonl.gz").read().splitlines()
+    with gzip.open(realdata / "hh-rlhf__harmless-base_test.jsonl.gz") as fh:
+        lines = fh.read().splitlines()
     first = [split_dialogue(json.loads(line)["chosen"])[0][1] for line in lines]
     count = Counter(first)
     keep = [line for i, line in enumerate(lines) if i < 1000 or count[first[i]] > 1]

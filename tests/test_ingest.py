@@ -9,8 +9,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.pipeline.ingest import (
     IngestConfig,
@@ -26,6 +24,7 @@ from rlhf.pipeline.ingest import (
 )
 from rlhf.store import REASON_CODES, content_hash
 from rlhf.store.io import read_table
+from typer.testing import CliRunner
 
 CFG = IngestConfig()
 BARE = _bare_domain_re(CFG.url_bare_tlds)
@@ -71,8 +70,8 @@ HUMAN = [
     (_human(12345), ["bad_type"]),
     (b'{"text": "broken json", "source_type": "human"', ["bad_json"]),
     (b'{"text": "caf\xe9 latin-1", "source_type": "human"}', ["invalid_utf8"]),
-    (b'{"text": "lone \\ud800 surrogate", "source_type": "human", "writer_id": "w", '
-     b'"written_at": "2026-01-01"}', ["invalid_utf8"]),
+    ((b'{"text": "lone \\ud800 surrogate", "source_type": "human", "writer_id": "w", '
+      b'"written_at": "2026-01-01"}'), ["invalid_utf8"]),
     (b"[1, 2, 3]", ["bad_json"]),
     (b"", ["bad_json"]),
     (_human("Mail bob@corp.com or visit corp.com, phone (415) 555-2671."),
@@ -280,7 +279,7 @@ def test_gzip_and_truncated_archive_never_crash(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     res = run_ingest([tmp_path], tmp_path / "store", CFG)
     got = _outcome(tmp_path / "store")
-    assert [got[("%s/ok.jsonl.gz" % tmp_path.name, i)] for i in (1, 2, 3)] == [[], [], []]
+    assert [got[(f"{tmp_path.name}/ok.jsonl.gz", i)] for i in (1, 2, 3)] == [[], [], []]
     assert got[(f"{tmp_path.name}/bad.parquet", 1)] == ["unreadable"]
     assert ["unreadable"] in [v for (f, _), v in got.items() if f.endswith("cut.jsonl.gz")]
     assert res.input_rows == res.kept + res.rejected
