@@ -264,7 +264,8 @@ def partition(x: np.ndarray, size: int, seed: int) -> list[np.ndarray]:
             out.append(idx)
             continue
         k = math.ceil(len(idx) / size)
-        parts = [idx[lab] for lab in _group(_kmeans(x[idx], k, seed + depth))]
+        sub = x if len(idx) == len(x) else x[idx]  # no copy of the whole matrix at the top
+        parts = [idx[lab] for lab in _group(_kmeans(sub, k, seed + depth))]
         if len(parts) == 1 or depth >= 4:  # k-means cannot split (e.g. identical rows): chunk
             parts = [p for part in parts for p in np.array_split(part, math.ceil(len(part) / size))]
             out.extend(parts)
