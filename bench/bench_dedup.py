@@ -30,17 +30,28 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+GENERATE = ("import sys, numpy as np\n"
+            "from rlhf.pipeline.dedup import planted_unit_vectors\n"
+            "np.save(sys.argv[2], planted_unit_vectors(int(sys.argv[1]), seed=0)[0])\n")
+
+
+def _peak_rss_gib() -> float:
+    """This process's peak resident set (VmHWM). Not ru_maxrss: Linux carries that over from the
+    parent across fork + exec, so a child of a big parent would report the parent's size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20  # kB -> GiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _child(args: argparse.Namespace) -> None:
     """Run one measurement and print one JSON line."""
     import scipy.cluster.hierarchy  # noqa: F401  (imports are not part of the timing)
     import sklearn.cluster  # noqa: F401
-
     from rlhf.pipeline.dedup import DedupConfig, cluster, exact_labels
 
     x = np.load(args.vectors)
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (ru_maxrss in KiB)
+    base_rss = _peak_rss_gib()  # the interpreter, libraries and the vectors
     t0 = time.perf_counter()
     if args.mode == "exact":
         labels = exact_labels(x, args.threshold, args.linkage)
@@ -56,7 +67,7 @@ def _child(args: argparse.Namespace) -> None:
     np.save(args.labels_out, labels)
     print(json.dumps({
         "n": len(x), "mode": args.mode, "wall_s": round(wall, 2),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+        "peak_rss_gib": round(_peak_rss_gib(), 3),
         "rss_before_gib": round(base_rss, 3),
         "clusters": int(labels.max()) + 1 if len(labels) else 0, **info}))
 
@@ -67,7 +78,7 @@ def _run_child(vectors: Path, mode: str, labels_out: Path, a: argparse.Namespace
            a.linkage, "--partition-size", str(a.partition_size), "--merge-partitions",
            str(a.merge_partitions), "--exact-max-size", str(a.exact_max_size)]
     load = os.getloadavg()[0]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"mode": mode, "error": (out.stderr or out.stdout).strip().splitlines()[-1:],
                 "load_before": round(load, 1)}
@@ -132,8 +143,6 @@ def main() -> None:
         return
     a.exact_max_size = max(a.exact_max_size, 2)
 
-    from rlhf.pipeline.dedup import planted_unit_vectors
-
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} (CPU shared with other jobs); "
           f"partition_size {a.partition_size}, merge_partitions {a.merge_partitions}, "
@@ -159,10 +168,8 @@ def main() -> None:
                          "wall_s": round(emb_s, 2), "embedded_new": info["embedded_new"]})
         for n in a.sizes:
             t0 = time.perf_counter()
-            x, _ = planted_unit_vectors(n, seed=0)
             path = tmp / f"planted_{n}.npy"
-            np.save(path, x)
-            del x
+            subprocess.run([sys.executable, "-c", GENERATE, str(n), str(path)], check=True)
             print(f"planted {n:,}: generated in {time.perf_counter() - t0:.1f} s", flush=True)
             lengths = np.random.default_rng(1).integers(5, 300, n)
             jobs.append(("planted", n, path, lengths))
