@@ -15,6 +15,20 @@ from rich.table import Table
 from rlhf.cli.common import fail
 
 console = Console()
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+def _config(params: Path, section: str, cls: type):
+    """The typed section; outside a checkout (no ./params.yaml) the dataclass defaults, which
+    mirror the shipped params.yaml. An explicitly named, missing params file is an error."""
+    from rlhf.pipeline.config import ConfigError, build, load_section
+
+    try:
+        if params == DEFAULT_PARAMS and not params.is_file():
+            return build(cls, {}, section)
+        return load_section(params, section, cls)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def _progress() -> Progress:
@@ -30,18 +44,14 @@ def ingest(
                                    "rejected and external_pairs folders."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer folder for the "
                                           "max_tokens rule (default: regex word/punct count)."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
     metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
 ) -> None:
     """Source trust + PII/format filters; rejected rows go to the quarantine with reason codes."""
-    from rlhf.pipeline.config import ConfigError, load_section
     from rlhf.pipeline.ingest import IngestConfig, IngestError, run_ingest, write_metrics
     from rlhf.store.schemas import REASON_CODES
 
-    try:
-        cfg = load_section(params, "ingest", IngestConfig)
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = _config(params, "ingest", IngestConfig)
     try:
         with _progress() as bar:
             task = bar.add_task("ingesting rows", total=None)
@@ -77,17 +87,13 @@ def dedup(
                                "similar."),
     cache: Path | None = typer.Option(None, "--cache", help="Embedding cache folder (reused "
                                       "across runs; only new prompts are embedded)."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
     metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
 ) -> None:
     """MiniLM embeddings + agglomerative dedup at cosine 0.35, similar library, topic clusters."""
-    from rlhf.pipeline.config import ConfigError, load_section
     from rlhf.pipeline.dedup import DedupConfig, DedupError, run_dedup, write_metrics
 
-    try:
-        cfg = load_section(params, "dedup", DedupConfig)
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = _config(params, "dedup", DedupConfig)
     try:
         with _progress() as bar:
             emb = bar.add_task("embedding new prompts", total=None)

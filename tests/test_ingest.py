@@ -411,3 +411,12 @@ def test_world_planted_defects_all_quarantined_no_clean_prompt_lost(tmp_path, se
     assert result.input_rows == result.kept + result.rejected == n_lines
     assert result.rejected == counts["defect_rows"]
     assert {c: n for c, n in result.by_reason.items() if n} == counts["defect_rows_per_code"]
+
+
+def test_shipped_params_equal_the_dataclass_defaults(repo):
+    """Outside a checkout the CLI uses the dataclass defaults; they must mirror params.yaml."""
+    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.dedup import DedupConfig
+
+    assert load_section(repo / "params.yaml", "ingest", IngestConfig) == IngestConfig()
+    assert load_section(repo / "params.yaml", "dedup", DedupConfig) == DedupConfig()
