@@ -112,7 +112,9 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("split", pa.string(), nullable=False),  # reward / ppo / eval, by prompt-id hash
         doc="The filtered and deduplicated prompt pool (seed 000 §4.2, §3.1 level one).",
     ),
-    # Near-duplicates that dedup set aside, each linked to its cluster's representative.
+    # Near-duplicates that dedup set aside, each linked to its cluster's representative. An exact
+    # copy of the representative's text has the same prompt_id (distance 0). Quote it in SQL:
+    # SIMILAR is a DuckDB keyword (SELECT * FROM "similar").
     "similar": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("text", pa.string(), nullable=False),
