@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
-
 from rlhf.cli.common import fail
 
 world_app = typer.Typer(help="The embedded default world: a synthetic RLHF task with a gold judge.",

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from rlhf.pipeline.world.annotators import AnnotatorPool, Label
 from rlhf.pipeline.world.demos import PADDING
 from rlhf.pipeline.world.judge import gold_score
 from rlhf.pipeline.world.topics import TOPICS
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 P = "Why do leaves look green?"
 FACTS = TOPICS[0].facts
 RESPONSES = [
@@ -77,6 +76,17 @@ def test_bias_toward_filler_and_length_changes_the_ranking():
     fond_of_length = AnnotatorPool(1, 0.0, {"length": 2.0}, 0.0, seed=0, start=START)
     assert fair.label(P, [long_answer, plain], START).ranking == (1, 0)
     assert fond_of_length.label(P, [long_answer, plain], START).ranking == (0, 1)
+
+
+def test_filler_bias_can_grow_with_time():
+    plain = f"{FACTS[0]} {FACTS[1]}"
+    padded = f"It is worth noting that {FACTS[0]} Needless to say, {FACTS[1]}"
+    pool = AnnotatorPool(1, 0.0, {"filler_per_day": 0.05}, 0.0, seed=0, start=START)
+    assert pool.label(P, [padded, plain], START).ranking == (1, 0)  # day 0: no bias yet
+    late = pool.label(P, [padded, plain], START + timedelta(days=20))  # +1.0 per filler phrase
+    assert late.ranking == (0, 1)
+    assert late.scores[0] == pytest.approx(gold_score(P, padded) + 2 * 0.05 * 20)
+    assert pool.bias_at(START + timedelta(days=10))["filler"] == pytest.approx(0.5)
 
 
 def test_bad_arguments_are_clear_errors():

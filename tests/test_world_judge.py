@@ -5,9 +5,14 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from rlhf.pipeline.world.judge import (
-    FILLER_PHRASES, gold_score, infer_topic, judge, repetition, stated_facts, words,
+    FILLER_PHRASES,
+    gold_score,
+    infer_topic,
+    judge,
+    repetition,
+    stated_facts,
+    words,
 )
 from rlhf.pipeline.world.sources import FRAMES, frame
 from rlhf.pipeline.world.topics import TOPICS
@@ -70,6 +75,10 @@ def test_punctuation_and_case_insensitive():
     shouty = "CHLOROPHYLL absorbs red, and BLUE light, it reflects green light!!!"
     assert stated_facts(shouty) == [("photosynthesis", F1)]
     assert words("Ohm's law, isn't it?") == ["ohms", "law", "isnt", "it"]
+    terse = "chlorophyll absorbs red blue light, reflects green light"  # stopwords dropped: counts
+    assert stated_facts(terse) == [("photosynthesis", F1)]
+    salad = "green reflects light blue red absorbs chlorophyll"  # same words, scrambled: no fact
+    assert stated_facts(salad) == []
     assert infer_topic("WHY DO LEAVES LOOK GREEN??").name == "photosynthesis"
 
 
@@ -87,7 +96,7 @@ def test_knowledge_table_shape():
     assert len({t.name for t in TOPICS}) == len(TOPICS)
     risky = {t.category for t in TOPICS if t.high_risk}
     assert risky == {"medical", "legal", "financial"}
-    assert all(len(t.facts) >= 6 and len(t.questions) >= 4 for t in TOPICS)
+    assert all(len(t.facts) >= 6 and len(t.questions) >= 2 for t in TOPICS)
 
 
 def test_score_stays_in_range_on_random_and_extreme_text():

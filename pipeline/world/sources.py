@@ -21,7 +21,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from rlhf.pipeline.world.topics import TOPICS, Topic
 
@@ -54,6 +54,10 @@ FRAMES: tuple[str, ...] = (
     "I keep reading different things online and I am confused. {q} What are the main points?",
     "{q} Keep the answer focused on the facts, please.",
 )
+
+# Frames that move a question least (MiniLM mean shift < 0.06): paraphrases reframe with these,
+# so a paraphrase stays well under the 0.35 dedup threshold from its original.
+LIGHT_FRAMES: tuple[int, ...] = (0, 1, 2, 4, 5, 6, 7, 10, 11, 14, 15, 17)
 
 DATASETS = ("ultrafeedback-sim", "helpful-prompts-sim")
 N_WRITERS = 24
@@ -140,7 +144,7 @@ def paraphrase(question: str, original_frame: int, rng: random.Random) -> str:
     original = frame(question, original_frame)
     for _ in range(8):
         if rng.random() < 0.5:
-            text = frame(question, rng.randrange(len(FRAMES)))
+            text = frame(question, rng.choice(LIGHT_FRAMES))
         else:
             text = reword(original, rng)
         if text != original:
@@ -153,7 +157,7 @@ def _provenance(source: str, rng: random.Random) -> dict:
         day = date(2025, 1, 1) + timedelta(days=rng.randrange(365))
         return {"writer_id": f"w-{rng.randrange(N_WRITERS):03d}", "written_at": day.isoformat()}
     if source == "user_query":
-        t = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(180 * 86400))
+        t = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(180 * 86400))
         return {"session_id": f"s-{rng.getrandbits(48):012x}",
                 "timestamp": t.strftime("%Y-%m-%dT%H:%M:%SZ")}
     return {"dataset": rng.choice(DATASETS),
@@ -296,9 +300,9 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
     n_exact = round(n_lines * exact_dup_rate)
     n_clean = n_lines - n_defect - n_exact
     all_intents = intents()
-    n_unique = min(len(all_intents), max(1, n_clean - round(n_lines * paraphrase_rate)))
+    n_unique = min(len(all_intents), n_clean, max(1, n_clean - round(n_lines * paraphrase_rate)))
     if n_exact and not n_unique:
-        raise ValueError("no room for an original row to duplicate")
+        raise ValueError(f"n_prompts={n_lines} leaves no clean original for the exact duplicates")
     n_para = n_clean - n_unique
 
     rows: list[Row] = []
@@ -357,6 +361,8 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
         "defect_rows": sum(1 for r in rows if r.expected),
         "defect_rows_per_code": dict(sorted(codes.items())),
         "defect_rows_per_kind": dict(sorted(Counter(r.kind for r in rows if r.expected).items())),
+        "defect_rows_per_file": {FILES[s]: sum(1 for r in v if r.expected)
+                                 for s, v in by_file.items()},
         "multi_code_rows": sum(1 for r in rows if len(r.expected) > 1),
         "unique_questions": n_unique,
         "questions_available": len(all_intents),
