@@ -212,7 +212,7 @@ def test_world_duplicates_collapse_and_nothing_is_lost(tmp_path):
     mixed = Counter(cluster_of[k] for k in originals)
     n_mixed = sum(n > 1 for n in mixed.values())
     print(f"world: {n_mixed} of {len(mixed)} clusters hold two or more distinct questions")
-    assert n_mixed <= 0.1 * len(originals)
+    assert n_mixed <= 0.03 * len(originals)  # the world keeps distinct questions > 0.35 apart
 
 
 def test_cli_dedup_and_clean_errors(tmp_path):
