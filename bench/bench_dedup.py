@@ -131,8 +131,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "artifacts" / "bench" / "dedup.json")
     ap.add_argument("--threshold", type=float, default=0.35)
     ap.add_argument("--linkage", default="complete")
-    ap.add_argument("--partition-size", type=int, default=2000)
-    ap.add_argument("--merge-partitions", type=int, default=3)
+    from rlhf.pipeline.dedup import DedupConfig
+
+    ap.add_argument("--partition-size", type=int, default=DedupConfig().partition_size)
+    ap.add_argument("--merge-partitions", type=int, default=DedupConfig().merge_partitions)
     ap.add_argument("--exact-max-size", type=int, default=0,
                     help="the stage's exact_max_size; 0 forces the partitioned path at every size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -65,7 +65,7 @@ class DedupConfig:
     # Target partition size of the scalable path (exact linkage cost: partition_size² per part).
     partition_size: int = 2_000
     # Merge step: each cluster is compared with the clusters of this many nearest other partitions.
-    merge_partitions: int = 3
+    merge_partitions: int = 8
     # Diversity (seed 000 §3.1 level one): KMeans topic clusters over the kept prompts.
     topic_clusters: int = 8
     # Split of the kept prompts by a stable hash of prompt_id (fractions sum to 1).
