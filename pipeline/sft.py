@@ -153,7 +153,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
             warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
             lr_scheduler_type="cosine", max_length=cfg.max_length, completion_only_loss=True,
             seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=True, bf16=False,
-            fp16=False, gradient_checkpointing=False, save_strategy="no", eval_strategy="no",
+            fp16=False, activation_checkpointing=False, save_strategy="no", eval_strategy="no",
             logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
         )
         trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
