@@ -112,6 +112,37 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("response_text", pa.string()),  # debug rollout mode only
         doc="Rollout provenance: one row per generated response.",
     ),
+    # Rankings of k >= 3 policy responses per prompt (seed 000 §3.4) by the annotator pool, and
+    # external human rankings (hh-rlhf chosen/rejected, OpenAssistant ranked replies). One row per
+    # ranked response; `rlhf.pipeline.preferences.expand_pairs` turns a ranking into its pairs.
+    "preferences": _schema(
+        pa.field("ranking_id", pa.string(), nullable=False),  # one annotator's ranking of a set
+        pa.field("prompt_id", pa.string(), nullable=False),  # content_hash(prompt)
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("response_hash", pa.string(), nullable=False),  # content_hash(response)
+        pa.field("response", pa.string(), nullable=False),
+        pa.field("annotator_id", pa.string(), nullable=False),  # "hh-rlhf" / "oasst" if external
+        pa.field("labeled_at", _TS),  # null for external rankings (no timestamp in the source)
+        pa.field("score", pa.float32()),  # the annotator's 0-5 score; null if only ranked
+        pa.field("rank", pa.int32(), nullable=False),  # 0 = best within the ranking
+        pa.field("source", pa.string(), nullable=False),  # annotator / hh-rlhf / oasst
+        pa.field("split", pa.string(), nullable=False),  # train / heldout, by prompt hash
+        pa.field("gold_score", pa.float32()),  # the world's gold judge (analysis only) or null
+        doc="Preference rankings with annotator id and time (seed 000 §3.4, seed 001 §3.1).",
+    ),
+    # Seed 000 §4.2 layer three: one row per pool prompt.
+    "difficulty": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),  # the pool's split
+        pa.field("topic_cluster", pa.int32(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),  # baseline response tokens
+        pa.field("logprob_std", pa.float32(), nullable=False),  # std of its token log-probs
+        pa.field("rm_score", pa.float32(), nullable=False),  # strong RM reward of the response
+        pa.field("score", pa.float32(), nullable=False),  # composite difficulty 0-10
+        pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
+        doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
+    ),
 }
 
 
