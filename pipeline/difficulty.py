@@ -298,3 +298,105 @@ def sampler_from_table(rows: Sequence[dict[str, Any]], batch_size: int, seed: in
     rows = sorted(rows, key=lambda r: r["prompt_id"])
     return StratifiedSampler([r["prompt_id"] for r in rows], [r["bucket"] for r in rows],
                              [int(r["topic_cluster"]) for r in rows], batch_size, seed, fill)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
+    """Pool prompts (prompt_id, text, split, topic_cluster), or the demonstrations' prompts with
+    their topic as the cluster when there is no pool."""
+    if pool_dir is not None and Path(pool_dir).is_dir():
+        from rlhf.store.io import read_table
+
+        rows = read_table("pool", pool_dir).select(
+            ["prompt_id", "text", "split", "topic_cluster"]).to_pylist()
+        return sorted(rows, key=lambda r: r["prompt_id"]), "pool"
+    if demos_path is None:
+        raise ValueError("give --pool (a pool table folder) or --demos")
+    from rlhf.pipeline.sft import read_demonstrations
+    from rlhf.pipeline.text import clean
+    from rlhf.store.hashing import content_hash
+
+    topic_of: dict[str, str] = {}
+    for r in read_demonstrations(demos_path):
+        topic_of.setdefault(clean(r["prompt"]), str(r.get("topic", "")))
+    topics = sorted(set(topic_of.values()))
+    rows = [{"prompt_id": content_hash(t), "text": t, "split": "demonstrations",
+             "topic_cluster": topics.index(topic)} for t, topic in topic_of.items()]
+    return sorted(rows, key=lambda r: r["prompt_id"]), "demonstrations"
+
+
+def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
+        out_dir: str | Path, pool_dir: str | Path | None = None,
+        demos_path: str | Path | None = None, metrics_path: str | Path | None = None,
+        progress=None) -> dict[str, Any]:
+    """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
+    import shutil
+
+    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.reward.scorer import load_scorer
+    from rlhf.store.io import write_shard
+
+    from rlhf.pipeline.policy import quiet_hf
+
+    quiet_hf()
+    rows, source = _pool_rows(pool_dir, demos_path)
+    if not rows:
+        raise ValueError("no prompts to score")
+    model, tok = load_policy(policy_dir)
+    texts = [r["text"] for r in rows]
+    outs = sample(model, tok, texts, n=1, max_new_tokens=cfg.max_new_tokens,
+                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
+                  batch_size=cfg.batch_size, progress=progress)
+    samples = [o[0] for o in outs]
+    scorer = load_scorer(reward_model, batch_size=cfg.batch_size)
+    rm, _ = scorer(texts, [s.response for s in samples])
+    lengths = [s.n_tokens for s in samples]
+    stds = [s.logprob_std for s in samples]
+    scores = difficulty_scores(lengths, stds, rm.tolist(), cfg.w_length, cfg.w_logprob_std,
+                               cfg.w_rm, cfg.clip_quantile)
+    table = []
+    for r, n, sd, q, sc in zip(rows, lengths, stds, rm.tolist(), scores.tolist()):
+        table.append({"prompt_id": r["prompt_id"], "text": r["text"], "split": r["split"],
+                      "topic_cluster": int(r["topic_cluster"]), "length": int(n),
+                      "logprob_std": float(sd), "rm_score": float(q), "score": float(sc),
+                      "bucket": bucket_of(sc)})
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    write_shard("difficulty", table, out_dir / "part-00000.parquet")
+
+    bucket_counts = {b: sum(t["bucket"] == b for t in table) for b in BUCKETS}
+    sampler = sampler_from_table(table, cfg.sampler_batch_size, cfg.seed)
+    by_b = {t["prompt_id"]: t["bucket"] for t in table}
+    by_c = {t["prompt_id"]: t["topic_cluster"] for t in table}
+    n_b = sum(v > 0 for v in bucket_counts.values())
+    n_c = len(set(by_c.values()))
+    full = 0
+    n_batches = 20
+    for _ in range(n_batches):
+        cov = coverage(sampler.next_batch(), by_b, by_c)
+        full += len(cov["buckets"]) == n_b and len(cov["clusters"]) == n_c
+    corr = np.corrcoef(np.array([lengths, stds, rm.tolist()]), scores) if len(table) > 2 else None
+    metrics = {
+        "prompt_source": source,
+        "n_prompts": len(table),
+        "bucket_counts": bucket_counts,
+        "n_topic_clusters": n_c,
+        "mean_score": float(np.mean(scores)),
+        "mean_length": float(np.mean(lengths)),
+        "mean_logprob_std": float(np.mean(stds)),
+        "mean_rm_score": float(rm.mean()),
+        "corr_score_length": float(corr[0, 3]) if corr is not None else None,
+        "corr_score_logprob_std": float(corr[1, 3]) if corr is not None else None,
+        "corr_score_rm": float(corr[2, 3]) if corr is not None else None,
+        "sampler_batch_size": cfg.sampler_batch_size,
+        "sampler_full_coverage_share": full / n_batches,
+    }
+    metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in metrics.items()}
+    if metrics_path:
+        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics

@@ -37,6 +37,24 @@ class Sample:
         return math.sqrt(sum((x - mean) ** 2 for x in self.logprobs) / (n - 1))
 
 
+def quiet_hf() -> None:
+    """Silence the libraries' own progress bars and load reports (the stages print their own)."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def quiet_trainer(trainer) -> None:
+    """Drop the callback that prints every log dict when tqdm is disabled."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
 def load_tokenizer(path: str | Path):
     """A tokenizer for left-padded generation (pad falls back to EOS when it has none)."""
     from transformers import AutoTokenizer

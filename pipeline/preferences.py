@@ -94,12 +94,29 @@ def reward_prompts_from_pool(pool_dir: str | Path) -> list[tuple[str, str]]:
     return sorted((r["prompt_id"], r["text"]) for r in rows)
 
 
-def prompts_from_demonstrations(demos_path: str | Path) -> list[tuple[str, str]]:
-    """(prompt_id, text) of the distinct demonstration prompts (the fallback without a pool)."""
+# Without a pool, the demonstration prompts stand in for it, split by prompt hash like the
+# pool's reward / ppo / eval splits (shares of the pool's defaults).
+FALLBACK_SPLITS: tuple[tuple[str, float], ...] = (("reward", 0.5), ("ppo", 0.3), ("eval", 0.2))
+
+
+def fallback_split(prompt_id: str) -> str:
+    x, acc = _fraction("split:" + prompt_id), 0.0
+    for name, share in FALLBACK_SPLITS:
+        acc += share
+        if x < acc:
+            return name
+    return FALLBACK_SPLITS[-1][0]
+
+
+def prompts_from_demonstrations(demos_path: str | Path, split: str | None = None
+                                ) -> list[tuple[str, str]]:
+    """(prompt_id, text) of the distinct demonstration prompts (the fallback without a pool),
+    only those of `split` (reward / ppo / eval, by `fallback_split`) when given."""
     from rlhf.pipeline.sft import read_demonstrations
 
     texts = {clean(r["prompt"]) for r in read_demonstrations(demos_path)}
-    return sorted((content_hash(t), t) for t in texts)
+    rows = [(content_hash(t), t) for t in texts]
+    return sorted(r for r in rows if split is None or fallback_split(r[0]) == split)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,10 +283,14 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
     from rlhf.pipeline.policy import load_policy, sample
     from rlhf.store.io import write_shard
 
+    from rlhf.pipeline.policy import quiet_hf
+
+    quiet_hf()
     if pool_dir is not None and Path(pool_dir).is_dir():
         prompts, prompt_source = reward_prompts_from_pool(pool_dir), "pool:reward"
     elif demos_path is not None:
-        prompts, prompt_source = prompts_from_demonstrations(demos_path), "demonstrations"
+        prompts = prompts_from_demonstrations(demos_path, "reward")
+        prompt_source = "demonstrations:reward"
     else:
         raise ValueError("give --pool (a pool table folder) or --demos")
     if cfg.max_prompts:

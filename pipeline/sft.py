@@ -132,6 +132,9 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
+    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
+
+    quiet_hf()
     set_seed(cfg.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     train_rows, held_rows = split_demonstrations(demos, cfg.heldout_fraction)
@@ -159,6 +162,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
                              eval_dataset=_to_dataset(held_rows) if held_rows else None,
                              processing_class=tok, peft_config=peft_config)
+        quiet_trainer(trainer)
         t0 = time.perf_counter()
         result = trainer.train()
         train_seconds = time.perf_counter() - t0

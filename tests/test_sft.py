@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlhf.pipeline.text import format_prompt, format_sample, response_of, split_dialogue
-from tiny_world import toy_gold, toy_prompt, write_demonstrations, write_model_config, write_tokenizer
+from tiny_world import policy_metrics, toy_prompt, trained_policy
 
 
 def test_sample_starts_with_prompt():
@@ -25,33 +25,19 @@ def test_split_dialogue():
     assert split_dialogue("\n\nHuman: no reply") is None
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("world")
-    tok = write_tokenizer(d / "tokenizer")
-    from transformers import AutoTokenizer
-
-    cfg = write_model_config(d / "model_config", len(AutoTokenizer.from_pretrained(tok)))
-    demos = write_demonstrations(d / "demonstrations.jsonl", n=96)
-    return d, tok, cfg, demos
-
-
 @pytest.mark.slow
-def test_sft_trains_saves_and_judges(tiny, tmp_path):
+def test_sft_trains_saves_and_judges(tmp_path_factory):
     from rlhf.pipeline.policy import load_policy, sample
-    from rlhf.pipeline.sft import SftConfig, run
 
-    d, tok, cfg_path, demos = tiny
-    cfg = SftConfig(epochs=15, batch_size=16, learning_rate=1e-2, eval_prompts=8,
-                    eval_max_new_tokens=16, heldout_fraction=0.15)
-    out = tmp_path / "sft"
-    m = run(cfg, demos, out, tmp_path / "sft.json", tok, cfg_path, judge=toy_gold)
+    d, out = trained_policy(tmp_path_factory)  # runs rlhf.pipeline.sft.run (shared, ~15 s)
+    m = policy_metrics()
     assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
-    assert json.loads((tmp_path / "sft.json").read_text())["n_train"] == m["n_train"]
-    assert m["n_heldout"] > 0
-    # the toy demonstrations are easy: the policy must beat an untrained one clearly
+    assert json.loads((d / "sft.json").read_text())["n_train"] == m["n_train"]
+    assert m["n_heldout"] > 0 and m["n_params"] > 0
+    # the toy demonstrations are easy: far below the ~6 nats of an untrained model, and its
+    # samples mention the prompt's colour (an untrained policy scores 1.0 with the toy judge)
     assert m["eval_loss"] < 2.0, m
-    assert m["gold_mean"] > 2.5, m
+    assert m["gold_mean"] > 2.0, m
     model, tk = load_policy(out)
     a = sample(model, tk, [toy_prompt(1), toy_prompt(2)], n=3, max_new_tokens=12, seed=3)
     b = sample(model, tk, [toy_prompt(1), toy_prompt(2)], n=3, max_new_tokens=12, seed=3)
@@ -59,3 +45,15 @@ def test_sft_trains_saves_and_judges(tiny, tmp_path):
     assert all(len(x) == 3 for x in a)
     s = a[0][0]
     assert s.n_tokens == len(s.logprobs) and all(lp <= 0 for lp in s.logprobs)
+
+
+def test_sft_rejects_bad_demonstrations(tmp_path):
+    from rlhf.pipeline.sft import read_demonstrations
+
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\n{not json\n')
+    with pytest.raises(ValueError, match="d.jsonl:2: not JSON"):
+        read_demonstrations(bad)
+    bad.write_text('{"prompt": "a"}\n')
+    with pytest.raises(ValueError, match="needs string fields"):
+        read_demonstrations(bad)

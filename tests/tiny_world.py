@@ -89,3 +89,81 @@ def toy_pairs(n: int, seed: int = 0) -> list[dict]:
         out.append({"prompt": p, "chosen": toy_response(p, True, rng),
                     "rejected": toy_response(p, False, rng)})
     return out
+
+
+class ToyLabel:
+    def __init__(self, annotator_id, labeled_at, scores, ranking):
+        self.annotator_id, self.labeled_at = annotator_id, labeled_at
+        self.scores, self.ranking = scores, ranking
+
+
+class ToyAnnotatorPool:
+    """The world's AnnotatorPool contract: noisy, biased, drifting scores of the toy judge."""
+
+    def __init__(self, n_annotators, noise_std, bias, drift_per_day, seed, start):
+        self.ids = [f"ann{i}" for i in range(n_annotators)]
+        self.noise_std, self.bias, self.drift = noise_std, bias, drift_per_day
+        self.rng = random.Random(seed)
+        self.start = start
+
+    def label(self, prompt, responses, when):
+        ann = self.ids[self.rng.randrange(len(self.ids))]
+        days = (when - self.start).total_seconds() / 86400
+        scores = tuple(
+            min(5.0, max(0.0, toy_gold(prompt, r) + self.bias.get(ann, 0.0) + self.drift * days
+                         + self.rng.gauss(0, self.noise_std)))
+            for r in responses)
+        ranking = tuple(sorted(range(len(responses)), key=lambda i: -scores[i]))
+        return ToyLabel(ann, when, scores, ranking)
+
+
+_POLICY_CACHE: dict = {}
+
+
+def trained_policy(tmp_path_factory) -> tuple[Path, Path]:
+    """(world folder, SFT policy folder) trained once per test session (about 15 s)."""
+    if "policy" not in _POLICY_CACHE:
+        from transformers import AutoTokenizer
+
+        from rlhf.pipeline.sft import SftConfig, run
+
+        d = tmp_path_factory.mktemp("tinyworld")
+        tok = write_tokenizer(d / "tokenizer")
+        cfg = write_model_config(d / "model_config", len(AutoTokenizer.from_pretrained(tok)))
+        demos = write_demonstrations(d / "demonstrations.jsonl", n=96)
+        # half the demonstrations are bad, so the policy's samples vary in quality
+        rng = random.Random(5)
+        lines = (d / "demonstrations.jsonl").read_text().splitlines()
+        mixed = []
+        for i, line in enumerate(lines):
+            row = json.loads(line)
+            if i % 2:
+                row["response"] = toy_response(row["prompt"], False, rng)
+            mixed.append(json.dumps(row))
+        (d / "demonstrations.jsonl").write_text("\n".join(mixed) + "\n")
+        metrics = run(SftConfig(epochs=15, batch_size=16, learning_rate=1e-2, eval_prompts=8,
+                                eval_max_new_tokens=16, heldout_fraction=0.15),
+                      demos, d / "sft", d / "sft.json", tok, cfg, judge=toy_gold)
+        _POLICY_CACHE.update(world=d, policy=d / "sft", metrics=metrics)
+    return _POLICY_CACHE["world"], _POLICY_CACHE["policy"]
+
+
+def policy_metrics() -> dict:
+    return _POLICY_CACHE["metrics"]
+
+
+def write_pool(directory: Path, n: int = 120, start: int = 1000) -> Path:
+    """A `pool` table of unseen toy prompts: splits reward/ppo/eval = 50/30/20 %, 4 topics."""
+    from rlhf.store.hashing import content_hash
+    from rlhf.store.io import write_shard
+
+    rows = []
+    for i in range(start, start + n):
+        text = toy_prompt(i)
+        k = i % 10
+        rows.append({"prompt_id": content_hash(text), "text": text, "source_type": "human",
+                     "dedup_cluster": i, "cluster_size": 1, "topic_cluster": i % 4,
+                     "n_tokens": len(text.split()),
+                     "split": "reward" if k < 5 else "ppo" if k < 8 else "eval"})
+    write_shard("pool", rows, Path(directory) / "part-00000.parquet")
+    return Path(directory)

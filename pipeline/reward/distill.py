@@ -89,7 +89,7 @@ def distill_loss(student, teacher, groups: Sequence[Sequence[int]], listwise_wei
         n_lists += 1
     kl = kl / max(1, n_lists)
     mse = torch.mean((student - teacher) ** 2)
-    return listwise_weight * kl + mse_weight * mse, {"kl": float(kl), "mse": float(mse)}
+    return listwise_weight * kl + mse_weight * mse, {"kl": kl.item(), "mse": mse.item()}
 
 
 def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list[int]],
@@ -134,7 +134,7 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
             torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
             opt.step()
             sched.step()
-            history.append({"loss": float(loss), **parts})
+            history.append({"loss": loss.item(), **parts})
             if progress is not None:
                 progress(1)
     student.eval()

@@ -115,9 +115,8 @@ def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], 
         raise ValueError("give --pool or --demos for the rollout and evaluation prompts")
     from rlhf.pipeline.preferences import prompts_from_demonstrations
 
-    rest = [(pid, t) for pid, t in prompts_from_demonstrations(demos_path) if pid not in exclude]
-    return ([t for pid, t in rest if _fraction("eval:" + pid) >= 0.3],
-            [t for pid, t in rest if _fraction("eval:" + pid) < 0.3])
+    return ([t for pid, t in prompts_from_demonstrations(demos_path, "ppo") if pid not in exclude],
+            [t for pid, t in prompts_from_demonstrations(demos_path, "eval") if pid not in exclude])
 
 
 def _cap(prompts: list[str], n: int, salt: str) -> list[str]:
@@ -217,6 +216,9 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     from rlhf.pipeline.reward.train import init_rm, train_rm
     from rlhf.store.io import read_table
 
+    from rlhf.pipeline.policy import quiet_hf
+
+    quiet_hf()
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     if judge is None:

@@ -76,6 +76,9 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     from transformers import set_seed
     from trl import RewardConfig, RewardTrainer
 
+    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
+
+    quiet_hf()
     if not pairs:
         raise ValueError("no preference pairs to train on")
     set_seed(seed)
@@ -98,6 +101,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
         )
         trainer = RewardTrainer(model=model, args=args, train_dataset=train,
                                 processing_class=tokenizer)
+        quiet_trainer(trainer)
         trainer.train()
         log = [dict(x) for x in trainer.state.log_history]
         model = trainer.model
