@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli.world import world_app
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -24,6 +25,7 @@ app = typer.Typer(
 
 params_app = typer.Typer(help="Inspect and validate params.yaml.", no_args_is_help=True)
 app.add_typer(params_app, name="params")
+app.add_typer(world_app, name="world")
 
 
 @params_app.command("check")

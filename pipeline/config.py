@@ -23,6 +23,7 @@ T = TypeVar("T")
 # Section name -> "module:Class" of its typed config. Imported lazily so that `rlhf --help`
 # and the pure-math modules stay fast to import.
 SECTIONS: dict[str, str] = {
+    "world": "rlhf.pipeline.world:WorldConfig",
 }
 
 
