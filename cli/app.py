@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli import doctor as doctor_cmd
+from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
 from rlhf.cli.common import fail
 
@@ -43,6 +44,10 @@ def params_check(
 
 
 app.command("doctor")(doctor_cmd.doctor)
+app.command("sft")(stages_rm.sft)
+app.command("preferences")(stages_rm.preferences)
+app.command("reward")(stages_rm.reward)
+app.command("difficulty")(stages_rm.difficulty)
 
 
 def main() -> None:

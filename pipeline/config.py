@@ -24,6 +24,10 @@ T = TypeVar("T")
 # and the pure-math modules stay fast to import.
 SECTIONS: dict[str, str] = {
     "world": "rlhf.pipeline.world:WorldConfig",
+    "sft": "rlhf.pipeline.sft:SftConfig",
+    "preferences": "rlhf.pipeline.preferences:PreferencesConfig",
+    "reward": "rlhf.pipeline.reward.stage:RewardConfig",
+    "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
 }
 
 
