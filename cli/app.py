@@ -12,6 +12,7 @@ import typer
 from rlhf.cli import doctor as doctor_cmd
 from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
+from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -44,6 +45,8 @@ def params_check(
 
 
 app.command("doctor")(doctor_cmd.doctor)
+app.command("ingest")(funnel_cmd.ingest)
+app.command("dedup")(funnel_cmd.dedup)
 app.command("sft")(stages_rm.sft)
 app.command("preferences")(stages_rm.preferences)
 app.command("reward")(stages_rm.reward)

@@ -127,6 +127,9 @@ def test_report_counts_add_up_against_truth(world):
         n = sum(code in t["expected"] for t in truth)
         assert n > 0 and src["defect_rows_per_code"][code] == n, code
     assert src["multi_code_rows"] == sum(len(t["expected"]) > 1 for t in truth) > 0
+    for f, n in src["defect_rows_per_file"].items():
+        assert n == sum(1 for t in truth if t["file"] == f and t["expected"])
+        assert src["lines_per_file"][f] == sum(1 for t in truth if t["file"] == f)
     assert json.loads((out / "report.json").read_text()) == report
 
 
@@ -198,3 +201,18 @@ def test_cli_generate_and_clean_errors(tmp_path):
     res = runner.invoke(app, ["world", "generate", "--out", str(out), "--params", str(params)])
     assert res.exit_code == 2 and "unknown key(s) 'n_promts'" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("n, defects, exact, para", [(1, 0.6, 0.0, 0.1), (7, 0.2, 0.05, 0.1),
+                                                      (50, 0.5, 0.2, 0.2), (400, 0.0, 0.0, 0.0)])
+def test_source_line_count_is_exact_for_any_size(n, defects, exact, para):
+    import random
+
+    from rlhf.pipeline.world.sources import generate
+
+    by_file, gen = generate(random.Random(n), n, {"human": 1.0, "user_query": 1.0,
+                                                  "open_dataset": 1.0}, defects, exact, para, 400)
+    c = gen["counts"]
+    assert sum(len(v) for v in by_file.values()) == c["lines"] == n
+    assert c["clean_rows"] + c["defect_rows"] == n
+    assert c["unique_questions"] + sum(c["duplicates"].values()) == c["clean_rows"]

@@ -78,6 +78,17 @@ def test_bias_toward_filler_and_length_changes_the_ranking():
     assert fond_of_length.label(P, [long_answer, plain], START).ranking == (0, 1)
 
 
+def test_filler_bias_can_grow_with_time():
+    plain = f"{FACTS[0]} {FACTS[1]}"
+    padded = f"It is worth noting that {FACTS[0]} Needless to say, {FACTS[1]}"
+    pool = AnnotatorPool(1, 0.0, {"filler_per_day": 0.05}, 0.0, seed=0, start=START)
+    assert pool.label(P, [padded, plain], START).ranking == (1, 0)  # day 0: no bias yet
+    late = pool.label(P, [padded, plain], START + timedelta(days=20))  # +1.0 per filler phrase
+    assert late.ranking == (0, 1)
+    assert late.scores[0] == pytest.approx(gold_score(P, padded) + 2 * 0.05 * 20)
+    assert pool.bias_at(START + timedelta(days=10))["filler"] == pytest.approx(0.5)
+
+
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="unknown bias"):
         AnnotatorPool(2, 0.1, {"verbosity": 1.0}, 0.0, 0, START)

@@ -75,6 +75,10 @@ def test_punctuation_and_case_insensitive():
     shouty = "CHLOROPHYLL absorbs red, and BLUE light, it reflects green light!!!"
     assert stated_facts(shouty) == [("photosynthesis", F1)]
     assert words("Ohm's law, isn't it?") == ["ohms", "law", "isnt", "it"]
+    terse = "chlorophyll absorbs red blue light, reflects green light"  # stopwords dropped: counts
+    assert stated_facts(terse) == [("photosynthesis", F1)]
+    salad = "green reflects light blue red absorbs chlorophyll"  # same words, scrambled: no fact
+    assert stated_facts(salad) == []
     assert infer_topic("WHY DO LEAVES LOOK GREEN??").name == "photosynthesis"
 
 

@@ -109,10 +109,11 @@ def run(cfg: WorldConfig, out: Path) -> dict:
                                      dict(cfg.demo_mix))
     _write_jsonl(out / "demonstrations.jsonl", [_dumps(d) for d in demo_rows])
 
-    _write_jsonl(out / "topics.json", [_dumps([
-        {"name": t.name, "category": t.category, "high_risk": t.high_risk, "subject": t.subject,
-         "keywords": list(t.keywords), "facts": list(t.facts), "questions": list(t.questions)}
-        for t in TOPICS])])
+    topics = [{"name": t.name, "category": t.category, "high_risk": t.high_risk,
+               "subject": t.subject, "keywords": list(t.keywords), "facts": list(t.facts),
+               "questions": list(t.questions)} for t in TOPICS]
+    (out / "topics.json").write_text(json.dumps(topics, indent=1, sort_keys=True,
+                                                ensure_ascii=False) + "\n", encoding="utf-8")
 
     corpus = [d["prompt"] for d in demo_rows] + [d["response"] for d in demo_rows]
     corpus += [r.data["text"] for r in gen["rows"] if not r.expected]

@@ -4,9 +4,12 @@ Seed 001 §3.1 ("annotation pollution"): annotators drift (mean score 3.8 over t
 4.2 over the last 50) and learn the model's bad patterns. Each simulated annotator scores every
 response of a prompt as
 
-    score = clamp(gold + bias.length * n_words / 50 + bias.filler * n_filler
-                  + bias.repetition * rep + drift_per_day * days_since_start + N(0, noise_std),
-                  0, 5)
+    score = clamp(gold + b.length * n_words / 50 + b.filler * n_filler + b.repetition * rep
+                  + drift_per_day * days_since_start + N(0, noise_std), 0, 5)
+    b.k    = bias[k] + bias[k + "_per_day"] * days_since_start     (k: length, filler, repetition)
+
+so a bias can also grow with time (`{"filler_per_day": 0.02}`: the annotator slowly learns to
+like the model's filler phrases, seed 001 §3.1).
 
 and ranks the responses best first. Every label carries `annotator_id` and `labeled_at`, so the
 drift can be audited later. Noise is drawn from a generator seeded by (seed, annotator, prompt,
@@ -24,7 +27,8 @@ from datetime import UTC, datetime
 
 from rlhf.pipeline.world.judge import judge
 
-BIAS_KEYS = ("length", "filler", "repetition")
+BIAS_FEATURES = ("length", "filler", "repetition")
+BIAS_KEYS = BIAS_FEATURES + tuple(f"{k}_per_day" for k in BIAS_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,17 @@ class AnnotatorPool:
         """The annotator who labels `prompt` at `when` (deterministic, spread over the pool)."""
         return self.ids[self._rng("pick", prompt, _utc(when).isoformat()).randrange(len(self.ids))]
 
+    def days(self, when: datetime) -> float:
+        return (_utc(when) - self.start).total_seconds() / 86400.0
+
     def drift(self, when: datetime) -> float:
         """Mean shift of every annotator's scores at `when` (seed 001 §3.1)."""
-        days = (_utc(when) - self.start).total_seconds() / 86400.0
-        return self.drift_per_day * days
+        return self.drift_per_day * self.days(when)
+
+    def bias_at(self, when: datetime) -> dict[str, float]:
+        """The bias coefficients at `when`: the base bias plus its growth per day."""
+        d = self.days(when)
+        return {k: self.bias[k] + self.bias[f"{k}_per_day"] * d for k in BIAS_FEATURES}
 
     def label(self, prompt: str, responses: list[str], when: datetime,
               annotator_id: str | None = None) -> Label:
@@ -80,11 +91,12 @@ class AnnotatorPool:
             raise ValueError(f"unknown annotator {aid!r}")
         rng = self._rng("noise", aid, prompt, when.isoformat())
         shift = self.drift(when)
+        b = self.bias_at(when)
         scores = []
         for response in responses:
             j = judge(prompt, response)
-            s = (j.score + self.bias["length"] * j.n_words / 50.0
-                 + self.bias["filler"] * j.n_filler + self.bias["repetition"] * j.rep + shift)
+            s = (j.score + b["length"] * j.n_words / 50.0 + b["filler"] * j.n_filler
+                 + b["repetition"] * j.rep + shift)
             if self.noise_std > 0:
                 s += rng.gauss(0.0, self.noise_std)
             scores.append(round(min(5.0, max(0.0, s)), 4))

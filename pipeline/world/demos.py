@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 
-from rlhf.pipeline.world.judge import FILLER_PHRASES
+from rlhf.pipeline.world.judge import FILLER_PHRASES, content_words
 from rlhf.pipeline.world.sources import FRAMES, frame
 from rlhf.pipeline.world.topics import TOPICS, Topic
 
@@ -81,20 +81,33 @@ def _other_topic(topic: Topic, rng: random.Random) -> Topic:
     return rng.choice(pool)
 
 
-def response(topic: Topic, quality: str, rng: random.Random) -> str:
-    """A response to a question of `topic` of the given quality kind."""
+def _relevant_first(facts: list[str], question: str) -> list[str]:
+    # Facts sharing content words with the question lead, so answers address the question.
+    q = content_words(question)
+    return sorted(facts, key=lambda f: -len(q & content_words(f)))
+
+
+def response(topic: Topic, quality: str, rng: random.Random, question: str = "") -> str:
+    """A response to `question` (of `topic`) of the given quality kind."""
     facts = list(topic.facts)
     rng.shuffle(facts)
+    if question and rng.random() < 0.8:
+        facts = _relevant_first(facts, question)
     if quality == "good":
         k = rng.choices((2, 3, 4), (0.25, 0.45, 0.30))[0]
         parts = _opener(topic, rng) + _join(facts[:k], rng) + _closer(rng)
     elif quality == "filler":
         k = rng.choice((2, 3))
-        body = _join(facts[:k], rng)
-        for _ in range(rng.choice((1, 2, 3))):
-            i = rng.randrange(len(body))
-            phrase = rng.choice(FILLER_PHRASES)
-            body[i] = phrase[0].upper() + phrase[1:] + " " + _lower_first(body[i])
+        padded = set(rng.sample(range(k), rng.randint(1, k)))
+        body = []
+        for i, f in enumerate(facts[:k]):
+            if i in padded:  # filler replaces the connective: "Needless to say, plants ..."
+                phrase = rng.choice(FILLER_PHRASES)
+                sep = " " if phrase.endswith(" that") else ", "
+                body.append(phrase[0].upper() + phrase[1:] + sep + _lower_first(f))
+            else:
+                body.extend(_join([f], rng) if i == 0 else
+                            [rng.choice(CONNECTIVES[2:]) + _lower_first(f)])
         if rng.random() < 0.7:
             body.insert(rng.randrange(len(body) + 1), rng.choice(FILLER_SENTENCES))
         parts = _opener(topic, rng) + body
@@ -140,8 +153,9 @@ def demonstrations(rng: random.Random, n: int, mix: dict[str, float]) -> list[di
     out = []
     for _ in range(n):
         topic = rng.choice(TOPICS)
-        prompt = frame(rng.choice(topic.questions), rng.randrange(len(FRAMES)))
+        question = rng.choice(topic.questions)
+        prompt = frame(question, rng.randrange(len(FRAMES)))
         quality = rng.choices(kinds, weights)[0]
-        out.append({"prompt": prompt, "response": response(topic, quality, rng),
+        out.append({"prompt": prompt, "response": response(topic, quality, rng, question),
                     "topic": topic.name, "quality": quality})
     return out

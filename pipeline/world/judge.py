@@ -10,8 +10,9 @@ Every feature is visible in the response text, so a reward model can learn it:
     words      = lowercase alphanumeric runs of the text (apostrophes dropped, punctuation ignored)
     sentences  = pieces of the response split at . ! ? ; : and newlines
     topic      = the topic whose keywords occur most often in the prompt (ties: table order)
-    a sentence *states* a fact when it contains >= 75% of the fact's content words
-               (words minus stopwords); each sentence states at most one fact (the best covered)
+    a sentence *states* a fact when it contains >= 75% of the fact's content words (words
+               minus stopwords) in the fact's order (longest common subsequence), so word salad
+               does not count; each sentence states at most one fact (the best covered)
     n_on       = distinct facts of the prompt's topic stated
     n_wrong    = distinct facts of any other topic stated (hallucination / off-topic)
     rep        = 1 - distinct word trigrams / word trigrams          (0 when < 3 words)
@@ -103,7 +104,8 @@ class _Fact:
     topic: str
     text: str
     content: frozenset[str]
-    need: int  # content words a sentence must contain to state this fact
+    order: tuple[str, ...]  # the content words in the fact's order, first occurrences
+    need: int  # content words a sentence must contain, in order, to state this fact
 
 
 @lru_cache(maxsize=1)
@@ -112,7 +114,9 @@ def _index() -> tuple[tuple[_Fact, ...], dict[str, tuple[int, ...]]]:
     for topic in TOPICS:
         for text in topic.facts:
             c = content_words(text)
-            facts.append(_Fact(topic.name, text, c, max(1, math.ceil(MIN_COVERAGE * len(c)))))
+            order = tuple(dict.fromkeys(w for w in words(text) if w in c))
+            facts.append(_Fact(topic.name, text, c, order,
+                               max(1, math.ceil(MIN_COVERAGE * len(c)))))
     by_word: dict[str, list[int]] = {}
     for i, f in enumerate(facts):
         for w in f.content:
@@ -121,26 +125,41 @@ def _index() -> tuple[tuple[_Fact, ...], dict[str, tuple[int, ...]]]:
 
 
 @lru_cache(maxsize=1)
-def _keywords() -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]:
-    return tuple((t.name, tuple(tuple(words(k)) for k in t.keywords)) for t in TOPICS)
+def _keywords() -> dict[str, tuple[tuple[tuple[str, ...], int], ...]]:
+    """First word of a keyword -> (keyword words, topic index) for every keyword."""
+    table: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+    for ti, t in enumerate(TOPICS):
+        for k in t.keywords:
+            ws = tuple(words(k))
+            table.setdefault(ws[0], []).append((ws, ti))
+    return {w: tuple(v) for w, v in table.items()}
 
 
-def _count_phrase(ws: list[str], phrase: tuple[str, ...]) -> int:
-    n = len(phrase)
-    if n == 0:
-        return 0
-    return sum(1 for i in range(len(ws) - n + 1) if tuple(ws[i:i + n]) == phrase)
-
-
+@lru_cache(maxsize=65536)
 def infer_topic(prompt: str) -> Topic | None:
     """The topic whose keywords occur most often in the prompt (a phrase counts its length)."""
     ws = words(prompt)
-    best, best_score = None, 0
-    for name, phrases in _keywords():
-        score = sum(_count_phrase(ws, p) * len(p) for p in phrases)
-        if score > best_score:
-            best, best_score = name, score
-    return next(t for t in TOPICS if t.name == best) if best else None
+    scores = [0] * len(TOPICS)
+    table = _keywords()
+    for i, w in enumerate(ws):
+        for phrase, ti in table.get(w, ()):
+            if tuple(ws[i:i + len(phrase)]) == phrase:
+                scores[ti] += len(phrase)
+    best = max(range(len(TOPICS)), key=lambda ti: (scores[ti], -ti))
+    return TOPICS[best] if scores[best] > 0 else None
+
+
+def _in_order(fact: tuple[str, ...], sent: list[str]) -> int:
+    """Length of the longest common subsequence of the fact's content words and the sentence."""
+    keep = set(fact)
+    seq = [w for w in sent if w in keep]
+    prev = [0] * (len(seq) + 1)
+    for fw in fact:
+        cur = [0]
+        for j, sw in enumerate(seq):
+            cur.append(prev[j] + 1 if fw == sw else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
 
 
 def stated_facts(response: str) -> list[tuple[str, str]]:
@@ -156,6 +175,9 @@ def stated_facts(response: str) -> list[tuple[str, str]]:
         best, best_cov = None, 0.0
         for i, h in sorted(hits.items()):
             if h >= facts[i].need:
+                h = _in_order(facts[i].order, sent)
+                if h < facts[i].need:
+                    continue
                 cov = h / len(facts[i].content)
                 if cov > best_cov:
                     best, best_cov = i, cov
@@ -171,12 +193,19 @@ def repetition(ws: list[str]) -> float:
 
 
 @lru_cache(maxsize=1)
-def _filler_phrases() -> tuple[tuple[str, ...], ...]:
-    return tuple(tuple(words(p)) for p in FILLER_PHRASES)
+def _filler_phrases() -> dict[str, tuple[tuple[str, ...], ...]]:
+    table: dict[str, list[tuple[str, ...]]] = {}
+    for p in FILLER_PHRASES:
+        ws = tuple(words(p))
+        table.setdefault(ws[0], []).append(ws)
+    return {w: tuple(v) for w, v in table.items()}
 
 
 def filler_count(ws: list[str]) -> int:
-    return sum(_count_phrase(ws, p) for p in _filler_phrases())
+    """Occurrences of the filler phrases in the word list."""
+    table = _filler_phrases()
+    return sum(1 for i, w in enumerate(ws) for p in table.get(w, ())
+               if tuple(ws[i:i + len(p)]) == p)
 
 
 @dataclass(frozen=True)

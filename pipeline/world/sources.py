@@ -300,9 +300,9 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
     n_exact = round(n_lines * exact_dup_rate)
     n_clean = n_lines - n_defect - n_exact
     all_intents = intents()
-    n_unique = min(len(all_intents), max(1, n_clean - round(n_lines * paraphrase_rate)))
+    n_unique = min(len(all_intents), n_clean, max(1, n_clean - round(n_lines * paraphrase_rate)))
     if n_exact and not n_unique:
-        raise ValueError("no room for an original row to duplicate")
+        raise ValueError(f"n_prompts={n_lines} leaves no clean original for the exact duplicates")
     n_para = n_clean - n_unique
 
     rows: list[Row] = []
@@ -361,6 +361,8 @@ def generate(rng: random.Random, n_lines: int, source_mix: dict[str, float], def
         "defect_rows": sum(1 for r in rows if r.expected),
         "defect_rows_per_code": dict(sorted(codes.items())),
         "defect_rows_per_kind": dict(sorted(Counter(r.kind for r in rows if r.expected).items())),
+        "defect_rows_per_file": {FILES[s]: sum(1 for r in v if r.expected)
+                                 for s, v in by_file.items()},
         "multi_code_rows": sum(1 for r in rows if len(r.expected) > 1),
         "unique_questions": n_unique,
         "questions_available": len(all_intents),
