@@ -20,7 +20,6 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
-
 from rlhf.cli.common import fail
 
 console = Console()
@@ -131,7 +130,10 @@ def preferences(
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
     _table(f"preferences -> {out}  [{time.perf_counter() - t0:.0f}s]", [
-        ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]), ("responses per prompt", m["k"]),
+        ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
+        ("policy responses + demonstrations per prompt", f"{m['k']} + {m['demo_candidates']}"),
+        ("gold mean: policy / demonstration responses",
+         f"{_fmt(m['mean_gold_policy'])} / {_fmt(m['mean_gold_demonstration'])}"),
         ("distinct response share", m["distinct_response_share"]),
         ("rankings", m["n_rankings"]), ("pairs", m["n_pairs"]),
         ("held-out pairs", m["n_pairs_heldout"]), ("annotators", m["n_annotators"]),
@@ -179,7 +181,10 @@ def print_reward_report(m: dict, seconds: float) -> None:
         ("held-out pairwise accuracy vs gold order", m["heldout_accuracy_vs_gold"]),
         ("annotators' own agreement with gold (held-out)",
          m["annotator_heldout_agreement_with_gold"]),
-        ("Spearman strong RM vs gold, unseen prompts (>= 0.7)", m["spearman_strong_vs_gold"]),
+        (f"Spearman strong RM vs gold, {m['n_fresh_samples']} samples of unseen prompts (>= 0.7)",
+         m["spearman_strong_vs_gold"]),
+        (f"  policy samples only ({m['n_fresh_policy_samples']}, gold mean "
+         f"{_fmt(m['gold_mean_fresh_policy'])})", m["spearman_strong_vs_gold_policy_only"]),
         ("  min aggregation", m["spearman_strong_min_vs_gold"]),
         ("Spearman light vs strong (>= 0.9)", m["spearman_light_vs_strong"]),
         ("Spearman light vs gold", m["spearman_light_vs_gold"]),

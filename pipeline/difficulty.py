@@ -335,11 +335,9 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
     import shutil
 
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.policy import load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
     from rlhf.store.io import write_shard
-
-    from rlhf.pipeline.policy import quiet_hf
 
     quiet_hf()
     rows, source = _pool_rows(pool_dir, demos_path)

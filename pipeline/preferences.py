@@ -22,7 +22,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,8 @@ class AnnotatorConfig:
 class PreferencesConfig:
     """params.yaml `preferences`."""
 
-    k: int = 4  # responses per prompt (seed 000 §3.4: at least 3)
+    k: int = 4  # policy responses per prompt (seed 000 §3.4: at least 3)
+    demo_candidates: int = 0  # + this many demonstration responses of the prompt's topic
     max_prompts: int = 0  # 0 = every reward-split prompt
     temperature: float = 1.0
     top_p: float = 1.0
@@ -196,7 +197,8 @@ def external_rows(realdata: str | Path, cfg: PreferencesConfig) -> tuple[list[di
                     "ranking_id": content_hash(key)[:16], "prompt_id": pid, "prompt": prompt,
                     "response_hash": content_hash(resp), "response": resp,
                     "annotator_id": source, "labeled_at": None, "score": None, "rank": rank,
-                    "source": source, "split": split, "gold_score": None,
+                    "source": source, "response_source": "human", "split": split,
+                    "gold_score": None,
                 })
             n += 1
         counts[source] = n
@@ -245,11 +247,46 @@ def default_world() -> tuple[Callable, Callable[[str, str], float]]:
     return AnnotatorPool, gold_score
 
 
+def topic_of(prompt: str) -> str | None:
+    """The world's topic of a prompt (None when it has none or the world is not installed)."""
+    try:
+        from rlhf.pipeline.world.judge import infer_topic
+    except ImportError:
+        return None
+    topic = infer_topic(prompt)
+    return topic.name if topic is not None else None
+
+
+def demo_candidates(prompts: Sequence[str], demos_path: str | Path, n: int,
+                    seed: int) -> list[list[str]]:
+    """`n` demonstration responses per prompt, drawn from the demonstrations of its topic.
+
+    A weak SFT policy's samples barely differ in quality, so rankings of them alone teach the RM
+    little; demonstrations of the same topic (of every quality: good, filler, wrong-topic, ...)
+    put the whole quality range into each ranking. Deterministic per (seed, prompt)."""
+    import random
+
+    from rlhf.pipeline.sft import read_demonstrations
+
+    by_topic: dict[str, list[str]] = defaultdict(list)
+    every: list[str] = []
+    for r in read_demonstrations(demos_path):
+        by_topic[str(r.get("topic"))].append(clean(r["response"]))
+        every.append(clean(r["response"]))
+    out = []
+    for p in prompts:
+        bank = by_topic.get(str(topic_of(p))) or every
+        rng = random.Random(f"{seed}|{content_hash(p)}")
+        out.append(rng.sample(bank, min(n, len(bank))))
+    return out
+
+
 def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[str]],
-             cfg: PreferencesConfig, pool_cls, judge) -> list[dict]:
+             cfg: PreferencesConfig, pool_cls, judge,
+             origins: Sequence[Sequence[str]] | None = None) -> list[dict]:
     """Rank each prompt's responses with one annotator of the pool, the clock advancing."""
     a = cfg.annotators
-    start = datetime.fromisoformat(a.start).replace(tzinfo=timezone.utc)
+    start = datetime.fromisoformat(a.start).replace(tzinfo=UTC)
     pool = pool_cls(n_annotators=a.n_annotators, noise_std=a.noise_std, bias=dict(a.bias),
                     drift_per_day=a.drift_per_day, seed=cfg.seed, start=start)
     rows = []
@@ -259,7 +296,7 @@ def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[st
         rank_of = {idx: pos for pos, idx in enumerate(label.ranking)}
         labeled_at = label.labeled_at
         if labeled_at.tzinfo is None:
-            labeled_at = labeled_at.replace(tzinfo=timezone.utc)
+            labeled_at = labeled_at.replace(tzinfo=UTC)
         rid = content_hash(f"{pid}|{label.annotator_id}|{labeled_at.isoformat()}")[:16]
         split = split_of(pid, cfg.heldout_fraction)
         for j, resp in enumerate(resps):
@@ -268,6 +305,7 @@ def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[st
                 "response_hash": content_hash(resp), "response": resp,
                 "annotator_id": label.annotator_id, "labeled_at": labeled_at,
                 "score": float(label.scores[j]), "rank": rank_of[j], "source": "annotator",
+                "response_source": origins[i][j] if origins else "policy",
                 "split": split, "gold_score": float(judge(prompt, resp)),
             })
     return rows
@@ -280,10 +318,8 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
     """The `preferences` stage: sample, annotate, read external rankings, write the table."""
     import shutil
 
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.policy import load_policy, quiet_hf, sample
     from rlhf.store.io import write_shard
-
-    from rlhf.pipeline.policy import quiet_hf
 
     quiet_hf()
     if pool_dir is not None and Path(pool_dir).is_dir():
@@ -304,7 +340,14 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
                      batch_size=cfg.batch_size, progress=progress)
     responses = [[s.response for s in ss] for ss in samples]
-    rows = annotate(prompts, responses, cfg, pool_cls, judge)
+    origins = [["policy"] * len(r) for r in responses]
+    if cfg.demo_candidates:
+        if demos_path is None:
+            raise ValueError("preferences.demo_candidates needs --demos")
+        extra = demo_candidates([t for _, t in prompts], demos_path, cfg.demo_candidates, cfg.seed)
+        responses = [r + e for r, e in zip(responses, extra)]
+        origins = [o + ["demonstration"] * len(e) for o, e in zip(origins, extra)]
+    rows = annotate(prompts, responses, cfg, pool_cls, judge, origins)
     ext_rows, ext_counts = ([], {}) if realdata is None else external_rows(realdata, cfg)
     out_dir = Path(out_dir)
     if out_dir.exists():
@@ -317,6 +360,11 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         "prompt_source": prompt_source,
         "n_prompts": len(prompts),
         "k": cfg.k,
+        "demo_candidates": cfg.demo_candidates,
+        "mean_gold_policy": _mean([r["gold_score"] for r in rows
+                                   if r["response_source"] == "policy"]),
+        "mean_gold_demonstration": _mean([r["gold_score"] for r in rows
+                                          if r["response_source"] == "demonstration"]),
         "n_responses": len(rows),
         "distinct_response_share": n_distinct / max(1, len(rows)),
         "n_rankings": len({r["ranking_id"] for r in rows}),
@@ -332,6 +380,10 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
         Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _agreement(pairs: Sequence[dict]) -> float | None:

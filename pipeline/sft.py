@@ -103,9 +103,8 @@ def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
                 model_config_path: str | Path | None):
     """(model, tokenizer): from scratch for the embedded default, else from `base_model`."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     from rlhf.pipeline.policy import load_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if cfg.base_model:
         tok = load_tokenizer(cfg.base_model)
@@ -129,10 +128,9 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     import tempfile
 
     import torch
+    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
-
-    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
 
     quiet_hf()
     set_seed(cfg.seed)

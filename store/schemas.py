@@ -160,6 +160,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("score", pa.float32()),  # the annotator's 0-5 score; null if only ranked
         pa.field("rank", pa.int32(), nullable=False),  # 0 = best within the ranking
         pa.field("source", pa.string(), nullable=False),  # annotator / hh-rlhf / oasst
+        pa.field("response_source", pa.string(), nullable=False),  # policy / demonstration / human
         pa.field("split", pa.string(), nullable=False),  # train / heldout, by prompt hash
         pa.field("gold_score", pa.float32()),  # the world's gold judge (analysis only) or null
         doc="Preference rankings with annotator id and time (seed 000 §3.4, seed 001 §3.1).",

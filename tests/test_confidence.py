@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from rlhf.pipeline.reward.confidence import (
     CONFIDENCE_GATE,
     accuracy_by_confidence,

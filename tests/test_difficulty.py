@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-
 from rlhf.pipeline.difficulty import (
     StratifiedSampler,
     bucket_of,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
 
 
@@ -44,7 +43,6 @@ def test_external_readers(realdata):
 @pytest.mark.slow
 def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     import torch
-
     from rlhf.pipeline import difficulty, preferences
     from rlhf.pipeline.reward import load_scorer
     from rlhf.pipeline.reward.distill import LightConfig

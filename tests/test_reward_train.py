@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from tiny_world import toy_pairs, write_model_config, write_tokenizer
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from rlhf.pipeline.text import format_prompt, format_sample, response_of, split_dialogue
 from tiny_world import policy_metrics, toy_prompt, trained_policy
 

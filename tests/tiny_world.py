@@ -123,9 +123,8 @@ _POLICY_CACHE: dict = {}
 def trained_policy(tmp_path_factory) -> tuple[Path, Path]:
     """(world folder, SFT policy folder) trained once per test session (about 15 s)."""
     if "policy" not in _POLICY_CACHE:
-        from transformers import AutoTokenizer
-
         from rlhf.pipeline.sft import SftConfig, run
+        from transformers import AutoTokenizer
 
         d = tmp_path_factory.mktemp("tinyworld")
         tok = write_tokenizer(d / "tokenizer")

@@ -52,6 +52,7 @@ class RewardConfig:
     rollout_k: int = 4  # responses per rollout prompt
     eval_prompts: int = 100  # unseen (eval-split) prompts for the RM-vs-gold Spearman
     eval_k: int = 2
+    eval_demo_candidates: int = 0  # + demonstrations of the topic per eval prompt (needs --demos)
     temperature: float = 1.0  # sampling temperature of the rollouts
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
@@ -102,7 +103,6 @@ def _accuracy(margins) -> float:
 def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], list[str]]:
     """(rollout prompts, eval prompts): the pool's ppo and eval splits, or, without a pool, the
     demonstration prompts not used for preferences, split in two by hash."""
-    from rlhf.pipeline.preferences import _fraction
 
     if pool_dir is not None and Path(pool_dir).is_dir():
         from rlhf.store.io import read_table
@@ -203,20 +203,16 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         judge: Callable[[str, str], float] | None = None,
         log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
     import torch
-
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, sample
+    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf, sample
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.confidence import (
         accuracy_by_confidence,
-        confidence_from_margins,
         fit_temperature,
     )
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
     from rlhf.pipeline.reward.train import init_rm, train_rm
     from rlhf.store.io import read_table
-
-    from rlhf.pipeline.policy import quiet_hf
 
     quiet_hf()
     t_start = time.perf_counter()
@@ -357,6 +353,17 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
                    temperature=cfg.temperature, seed=cfg.seed + 2, batch_size=cfg.batch_size)
     f_prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
     f_resps = [s.response for ss in fresh for s in ss]
+    f_policy = [True] * len(f_resps)
+    if cfg.eval_demo_candidates:
+        if demos_path is None:
+            raise ValueError("reward.eval_demo_candidates needs --demos")
+        from rlhf.pipeline.preferences import demo_candidates
+
+        extra = demo_candidates(eval_prompts, demos_path, cfg.eval_demo_candidates, cfg.seed + 7)
+        for p, e in zip(eval_prompts, extra):
+            f_prompts += [p] * len(e)
+            f_resps += e
+            f_policy += [False] * len(e)
     gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
     (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps))
     (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
@@ -365,9 +372,14 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     s_min, _ = strong(f_prompts, f_resps, aggregation="min")
     gold_ref = sum(gold) / len(gold) if gold else 0.0
     sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
+    pol = [i for i, f in enumerate(f_policy) if f]
     metrics.update({
         "n_fresh_samples": len(f_resps),
+        "n_fresh_policy_samples": len(pol),
         "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
+        "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
+                                                        [gold[i] for i in pol]),
+        "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
         "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
         "spearman_members_vs_gold": [spearman(m.tolist(), gold)
                                      for m in strong.member_rewards(f_prompts, f_resps)],

@@ -73,10 +73,9 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     """Train `model` on (prompt, chosen, rejected) pairs; returns (model in eval mode, log)."""
     import datasets
     import torch
+    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
     from trl import RewardConfig, RewardTrainer
-
-    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
 
     quiet_hf()
     if not pairs:
