@@ -161,6 +161,7 @@ def write_pool(directory: Path, n: int = 120, start: int = 1000) -> Path:
         text = toy_prompt(i)
         k = i % 10
         rows.append({"prompt_id": content_hash(text), "text": text, "source_type": "human",
+                     "source_file": "sources/human.jsonl", "source_line": i,
                      "dedup_cluster": i, "cluster_size": 1, "topic_cluster": i % 4,
                      "n_tokens": len(text.split()),
                      "split": "reward" if k < 5 else "ppo" if k < 8 else "eval"})
