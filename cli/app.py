@@ -11,6 +11,7 @@ import typer
 
 from rlhf.cli import doctor as doctor_cmd
 from rlhf.cli import query as query_cmd
+from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli import funnel as funnel_cmd
@@ -53,6 +54,10 @@ app.command("audit")(query_cmd.audit)
 app.command("ppo")(ppo_cmd.ppo)
 app.command("ingest")(funnel_cmd.ingest)
 app.command("dedup")(funnel_cmd.dedup)
+app.command("sft")(stages_rm.sft)
+app.command("preferences")(stages_rm.preferences)
+app.command("reward")(stages_rm.reward)
+app.command("difficulty")(stages_rm.difficulty)
 
 
 def main() -> None:

@@ -27,6 +27,10 @@ SECTIONS: dict[str, str] = {
     "ingest": "rlhf.pipeline.ingest:IngestConfig",
     "dedup": "rlhf.pipeline.dedup:DedupConfig",
     "ppo": "rlhf.pipeline.ppo.config:PPOConfig",
+    "sft": "rlhf.pipeline.sft:SftConfig",
+    "preferences": "rlhf.pipeline.preferences:PreferencesConfig",
+    "reward": "rlhf.pipeline.reward.stage:RewardConfig",
+    "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
 }
 
 

@@ -150,33 +150,38 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("response_text", pa.string()),  # debug rollout mode only
         doc="Rollout provenance: one row per generated response.",
     ),
-    # The tables below are minimal drafts that the query layer and its audits read (issue 7);
-    # the stages that write them (preferences, reward, difficulty, ppo) may extend them.
-    #
-    # Annotator labels, one row per (label event, response): k >= 3 responses per prompt, scored
-    # and ranked (seed 000 §3.4); `annotator_id` + `labeled_at` let the `annotators` audit follow
-    # label drift over time (seed 001 §3.1, "annotation pollution").
+    # Rankings of k >= 3 policy responses per prompt (seed 000 §3.4) by the annotator pool, and
+    # external human rankings (hh-rlhf chosen/rejected, OpenAssistant ranked replies). One row per
+    # ranked response; `rlhf.pipeline.preferences.expand_pairs` turns a ranking into its pairs.
     "preferences": _schema(
-        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("ranking_id", pa.string(), nullable=False),  # one annotator's ranking of a set
+        pa.field("prompt_id", pa.string(), nullable=False),  # content_hash(prompt)
+        pa.field("prompt", pa.string(), nullable=False),
         pa.field("response_hash", pa.string(), nullable=False),  # content_hash(response)
         pa.field("response", pa.string(), nullable=False),
-        pa.field("annotator_id", pa.string(), nullable=False),
-        pa.field("labeled_at", _TS, nullable=False),
-        pa.field("score", pa.float32(), nullable=False),  # 0-5 scale
-        pa.field("rank", pa.int32(), nullable=False),  # 0 = best among the prompt's responses
-        doc="Annotator preference labels: scored and ranked responses per prompt.",
+        pa.field("annotator_id", pa.string(), nullable=False),  # "hh-rlhf" / "oasst" if external
+        pa.field("labeled_at", _TS),  # null for external rankings (no timestamp in the source)
+        pa.field("score", pa.float32()),  # the annotator's 0-5 score; null if only ranked
+        pa.field("rank", pa.int32(), nullable=False),  # 0 = best within the ranking
+        pa.field("source", pa.string(), nullable=False),  # annotator / hh-rlhf / oasst
+        pa.field("response_source", pa.string(), nullable=False),  # policy / demonstration / human
+        pa.field("split", pa.string(), nullable=False),  # train / heldout, by prompt hash
+        pa.field("gold_score", pa.float32()),  # the world's gold judge (analysis only) or null
+        doc="Preference rankings with annotator id and time (seed 000 §3.4, seed 001 §3.1).",
     ),
-    # Difficulty per pool prompt (seed 000 §4.2): length, logprob spread and RM score combined
-    # into a 0-10 score, bucketed low (0-3) / mid (4-6) / high (7-10).
+    # Seed 000 §4.2 layer three: one row per pool prompt.
     "difficulty": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("difficulty", pa.float32(), nullable=False),  # 0-10
-        pa.field("bucket", pa.string(), nullable=False),  # low / mid / high
-        pa.field("response_tokens", pa.float32()),  # mean generated length of the baseline
-        pa.field("logprob_std", pa.float32()),
-        pa.field("rm_score", pa.float32()),
-        doc="Prompt difficulty score 0-10 and its bucket (seed 000 §4.2).",
-    ),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),  # the pool's split
+        pa.field("topic_cluster", pa.int32(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),  # baseline response tokens
+        pa.field("logprob_std", pa.float32(), nullable=False),  # std of its token log-probs
+        pa.field("rm_score", pa.float32(), nullable=False),  # strong RM reward of the response
+        pa.field("score", pa.float32(), nullable=False),  # composite difficulty 0-10
+        pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
+        doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
+    # Tables the query layer and its audits read (issue 7), written by PPO.
     # Every reward-model score given during PPO: the RM's confidence gates the sample and feeds
     # the fine-tune queue (seed 000 §3.4, confidence < 0.6); escalation is Level-2 (seed 001 §4.1).
     "rm_scores": _schema(

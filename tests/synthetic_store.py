@@ -51,13 +51,15 @@ def _pool(pid: str, source_type: str, topic: int) -> dict:
 POOL = [_pool("p1", "human", 0), _pool("p2", "human", 1), _pool("p4", "user_query", 0),
         _pool("p6", "open_dataset", 1)]
 
+def _difficulty(pid: str, score: float, bucket: str, length: int, std: float, rm: float) -> dict:
+    return {"prompt_id": pid, "text": f"prompt {pid}", "split": "ppo", "topic_cluster": 0,
+            "length": length, "logprob_std": std, "rm_score": rm, "score": score, "bucket": bucket}
+
+
 DIFFICULTY = [  # p6 has no difficulty row: it shows as '(unscored)'
-    {"prompt_id": "p1", "difficulty": 2.0, "bucket": "low", "response_tokens": 10.0,
-     "logprob_std": 0.5, "rm_score": 3.0},
-    {"prompt_id": "p2", "difficulty": 8.0, "bucket": "high", "response_tokens": 40.0,
-     "logprob_std": 1.5, "rm_score": 1.0},
-    {"prompt_id": "p4", "difficulty": 5.0, "bucket": "mid", "response_tokens": 20.0,
-     "logprob_std": 1.0, "rm_score": 2.0},
+    _difficulty("p1", 2.0, "low", 10, 0.5, 3.0),
+    _difficulty("p2", 8.0, "high", 40, 1.5, 1.0),
+    _difficulty("p4", 5.0, "mid", 20, 1.0, 2.0),
 ]
 
 # (run, step, prompt, reward, tier, scorer)
@@ -120,9 +122,11 @@ def build(root: Path) -> Path:
          "params_hash": "ph", "path": f"models/{c}", "created_at": T0 + dt.timedelta(minutes=s)}
         for c, r, s, parent, dv in CHECKPOINTS], root / "checkpoints" / "part-00000.parquet")
     write_shard("preferences", [
-        {"prompt_id": "p1", "response_hash": f"resp{i}", "response": f"response {i}",
-         "annotator_id": ann, "labeled_at": T0 + dt.timedelta(days=day, minutes=i), "score": score,
-         "rank": i % 3} for i, (ann, day, score) in enumerate(PREFERENCES)],
+        {"ranking_id": f"k{i // 3}", "prompt_id": "p1", "prompt": "prompt p1",
+         "response_hash": f"resp{i}", "response": f"response {i}", "annotator_id": ann,
+         "labeled_at": T0 + dt.timedelta(days=day, minutes=i), "score": score, "rank": i % 3,
+         "source": "annotator", "response_source": "policy", "split": "train", "gold_score": None}
+        for i, (ann, day, score) in enumerate(PREFERENCES)],
         root / "preferences" / "part-00000.parquet")
     return root
 

@@ -1,0 +1,256 @@
+"""`rlhf sft | preferences | reward | difficulty`: the policy, preference and reward-model stages.
+
+    rlhf sft --demos artifacts/world/demonstrations.jsonl --tokenizer artifacts/world/tokenizer \
+        --model-config artifacts/world/model_config --out artifacts/models/sft
+    rlhf preferences --pool artifacts/store/pool --policy artifacts/models/sft \
+        --out artifacts/store/preferences
+    rlhf reward --preferences artifacts/store/preferences --sft artifacts/models/sft \
+        --pool artifacts/store/pool --out-strong artifacts/models/rm_strong \
+        --out-light artifacts/models/rm_light
+    rlhf difficulty --pool artifacts/store/pool --policy artifacts/models/sft \
+        --reward-model artifacts/models/rm_strong --out artifacts/store/difficulty
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rlhf.cli.common import fail
+
+console = Console()
+
+PARAMS = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file.")
+METRICS = typer.Option(None, "--metrics", help="Write the metrics JSON here (DVC metrics).")
+
+
+def _config(params: Path, section: str):
+    from rlhf.pipeline.config import ConfigError, config_class, load_section
+
+    try:
+        if not params.is_file():
+            from rlhf.pipeline.config import build
+
+            return build(config_class(section), {}, section)
+        return load_section(params, section)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _need_dir(path: Path | None, what: str) -> None:
+    if path is not None and not path.is_dir():
+        fail(f"{what} {path} is not a folder")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def _table(title: str, rows: list[tuple[str, Any]]) -> None:
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in rows:
+        t.add_row(k, _fmt(v))
+    console.print(t)
+
+
+
+
+def sft(
+    demos: Path = typer.Option(..., "--demos", help="demonstrations.jsonl (prompt, response)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Checkpoint folder (save_pretrained)."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer",
+                                          help="Tokenizer folder (embedded default)."),
+    model_config: Path | None = typer.Option(None, "--model-config",
+                                             help="model_config folder (embedded default)."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+) -> None:
+    """Supervised fine-tuning of the starting policy (TRL SFTTrainer)."""
+    from rlhf.pipeline.sft import run
+
+    cfg = _config(params, "sft")
+    if not demos.is_file():
+        fail(f"--demos {demos} is not a file")
+    if not cfg.base_model:
+        if tokenizer is None or model_config is None:
+            fail("the embedded default (sft.base_model empty) needs --tokenizer and --model-config")
+        _need_dir(tokenizer, "--tokenizer")
+        _need_dir(model_config, "--model-config")
+    t0 = time.perf_counter()
+    try:
+        m = run(cfg, demos, out, metrics, tokenizer, model_config)
+    except (OSError, ValueError) as exc:
+        fail(f"sft failed: {exc}")
+    _table(f"sft -> {out}  [{time.perf_counter() - t0:.0f}s]", [
+        ("parameters", f"{m['n_params']:,}"), ("train demonstrations", m["n_train"]),
+        ("held-out demonstrations", m["n_heldout"]), ("train loss", m["train_loss"]),
+        ("held-out loss", m["eval_loss"]), ("held-out perplexity", m["eval_perplexity"]),
+        ("gold mean of SFT samples (0-5)", m["gold_mean"]),
+        ("gold mean of the demonstrations", m["gold_mean_demonstrations"]),
+    ])
+
+
+def preferences(
+    policy: Path = typer.Option(..., "--policy", help="SFT policy checkpoint."),
+    out: Path = typer.Option(..., "--out", "-o", help="`preferences` table folder."),
+    pool: Path | None = typer.Option(None, "--pool", help="`pool` table folder (reward split)."),
+    demos: Path | None = typer.Option(None, "--demos",
+                                      help="Without a pool: use the demonstrations' prompts."),
+    realdata: Path | None = typer.Option(None, "--realdata",
+                                         help="Real-data folder (hh-rlhf, OpenAssistant); "
+                                              "skipped when absent."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+) -> None:
+    """Sample k responses per reward-split prompt; the annotator pool ranks them."""
+    from rlhf.pipeline.preferences import run
+
+    cfg = _config(params, "preferences")
+    _need_dir(policy, "--policy")
+    if pool is None and demos is None:
+        fail("give --pool or --demos")
+    if pool is not None and not pool.is_dir() and demos is None:
+        fail(f"--pool {pool} is not a folder (give --demos to use the demonstrations' prompts)")
+    if realdata is not None and not realdata.is_dir():
+        console.print(f"[yellow]real-data folder {realdata} absent: no external rankings[/]")
+        realdata = None
+    t0 = time.perf_counter()
+    try:
+        m = run(cfg, policy, out, pool, demos, realdata, metrics)
+    except (OSError, ValueError) as exc:
+        fail(f"preferences failed: {exc}")
+    _table(f"preferences -> {out}  [{time.perf_counter() - t0:.0f}s]", [
+        ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
+        ("policy responses + demonstrations per prompt", f"{m['k']} + {m['demo_candidates']}"),
+        ("gold mean: policy / demonstration responses",
+         f"{_fmt(m['mean_gold_policy'])} / {_fmt(m['mean_gold_demonstration'])}"),
+        ("distinct response share", m["distinct_response_share"]),
+        ("rankings", m["n_rankings"]), ("pairs", m["n_pairs"]),
+        ("held-out pairs", m["n_pairs_heldout"]), ("annotators", m["n_annotators"]),
+        ("annotator order = gold order", m["annotator_gold_agreement"]),
+        *[(f"external: {k}", v) for k, v in sorted(m["external"].items())],
+        ("external pairs", m["n_external_pairs"]),
+    ])
+
+
+def reward(
+    preferences_dir: Path = typer.Option(..., "--preferences", help="`preferences` table folder."),
+    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (backbone, rollouts)."),
+    out_strong: Path = typer.Option(..., "--out-strong", help="Strong RM ensemble folder."),
+    out_light: Path = typer.Option(..., "--out-light", help="Light RM folder."),
+    pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
+    demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+) -> None:
+    """Train the strong RM ensemble, distil the light RM, report their quality."""
+    from rlhf.pipeline.reward.stage import run
+
+    cfg = _config(params, "reward")
+    _need_dir(preferences_dir, "--preferences")
+    _need_dir(sft_dir, "--sft")
+    if pool is not None and not pool.is_dir():
+        if demos is None:
+            fail(f"--pool {pool} is not a folder")
+        pool = None
+    t0 = time.perf_counter()
+    try:
+        m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
+                log=lambda msg: console.print(f"[dim]{msg}[/]"))
+    except (OSError, ValueError) as exc:
+        fail(f"reward failed: {exc}")
+    print_reward_report(m, time.perf_counter() - t0)
+
+
+def print_reward_report(m: dict, seconds: float) -> None:
+    _table(f"reward  [{seconds:.0f}s]", [
+        ("train / held-out pairs", f"{m['n_train_pairs']} / {m['n_heldout_pairs']}"),
+        ("held-out pairwise accuracy (ensemble mean, vs annotators)", m["heldout_accuracy_mean"]),
+        ("  worst-case (min) aggregation", m["heldout_accuracy_min"]),
+        ("  members", ", ".join(_fmt(x) for x in m["heldout_accuracy_members"])),
+        ("held-out pairwise accuracy vs gold order", m["heldout_accuracy_vs_gold"]),
+        ("annotators' own agreement with gold (held-out)",
+         m["annotator_heldout_agreement_with_gold"]),
+        (f"Spearman strong RM vs gold, {m['n_fresh_samples']} samples of unseen prompts (>= 0.7)",
+         m["spearman_strong_vs_gold"]),
+        (f"  policy samples only ({m['n_fresh_policy_samples']}, gold mean "
+         f"{_fmt(m['gold_mean_fresh_policy'])})", m["spearman_strong_vs_gold_policy_only"]),
+        ("  min aggregation", m["spearman_strong_min_vs_gold"]),
+        ("Spearman light vs strong (>= 0.9)", m["spearman_light_vs_strong"]),
+        ("Spearman light vs gold", m["spearman_light_vs_gold"]),
+        ("light held-out accuracy vs annotators / gold",
+         f"{_fmt(m['light_heldout_accuracy'])} / {_fmt(m['light_heldout_accuracy_vs_gold'])}"),
+        ("parameters strong (all members) / light",
+         f"{m['strong_params']:,} / {m['light_params']:,}"),
+        ("speed ratio light vs strong (>= 3)", m["speed_ratio"]),
+        ("confidence temperature", m["temperature"]),
+        ("share of fresh samples passing the 0.6 gate", m["gate_pass_share"]),
+        ("overfit flag (Spearman < 0.7)", m["overfit_flag"]),
+    ])
+    t = Table(title="held-out pairwise accuracy by confidence (calibrated, report half)")
+    for c in ("confidence", "pairs", "share", "accuracy", "accuracy vs gold"):
+        t.add_column(c, justify="right")
+    for a, g in zip(m["accuracy_by_confidence"], m["accuracy_by_confidence_vs_gold"]):
+        t.add_row(a["bin"], str(a["n"]), _fmt(a["share"]), _fmt(a["accuracy"]), _fmt(g["accuracy"]))
+    console.print(t)
+    drift = m["annotator_drift"]["drift_per_day"]
+    if drift:
+        _table("annotator drift: (label - gold) slope per day",
+               [(k, v) for k, v in sorted(drift.items())])
+    ext = m["external"]
+    if "skipped" in ext:
+        console.print(f"[yellow]external preferences: {ext['skipped']}[/]")
+    else:
+        _table("external human preferences (RM trained on the file's train split)", [
+            (f"{src}: accuracy on {v['n_test_pairs']} test pairs ({v['n_train_pairs']} train)",
+             v["accuracy"]) for src, v in ext.items() if isinstance(v, dict)] + [
+            (f"{src}: task RM zero-shot", v["strong_rm_zero_shot_accuracy"])
+            for src, v in ext.items() if isinstance(v, dict)])
+
+
+def difficulty(
+    policy: Path = typer.Option(..., "--policy", help="Baseline (SFT) policy checkpoint."),
+    reward_model: Path = typer.Option(..., "--reward-model", help="RM scorer folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="`difficulty` table folder."),
+    pool: Path | None = typer.Option(None, "--pool", help="`pool` table folder."),
+    demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+) -> None:
+    """Difficulty 0-10 and bucket per pool prompt; checks the stratified sampler's coverage."""
+    from rlhf.pipeline.difficulty import run
+
+    cfg = _config(params, "difficulty")
+    _need_dir(policy, "--policy")
+    _need_dir(reward_model, "--reward-model")
+    if pool is not None and not pool.is_dir():
+        if demos is None:
+            fail(f"--pool {pool} is not a folder")
+        pool = None
+    if pool is None and demos is None:
+        fail("give --pool or --demos")
+    t0 = time.perf_counter()
+    try:
+        m = run(cfg, policy, reward_model, out, pool, demos, metrics)
+    except (OSError, ValueError) as exc:
+        fail(f"difficulty failed: {exc}")
+    _table(f"difficulty -> {out}  [{time.perf_counter() - t0:.0f}s]", [
+        ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
+        *[(f"bucket {b}", n) for b, n in m["bucket_counts"].items()],
+        ("topic clusters", m["n_topic_clusters"]), ("mean score", m["mean_score"]),
+        ("corr(score, length)", m["corr_score_length"]),
+        ("corr(score, logprob std)", m["corr_score_logprob_std"]),
+        ("corr(score, RM score)", m["corr_score_rm"]),
+        (f"batches of {m['sampler_batch_size']} covering every bucket and cluster",
+         m["sampler_full_coverage_share"]),
+    ])

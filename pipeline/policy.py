@@ -1,0 +1,152 @@
+"""Load a causal-LM policy and sample responses from it, with their token log-probabilities.
+
+Shared by the stages that need fresh policy samples: `preferences` (k responses per prompt for
+the annotators), `reward` (rollouts for the light RM's distillation and the RM-vs-gold check)
+and `difficulty` (one response per pool prompt, with the spread of its token log-probs).
+Sampling is reproducible: each generation batch reseeds torch with (seed, batch index).
+
+    python -c "from rlhf.pipeline.policy import load_policy, sample; \
+m, t = load_policy('artifacts/models/sft'); print(sample(m, t, ['Name a fruit.'], n=2)[0])"
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlhf.pipeline.text import format_prompt, response_of
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled response to prompt number `prompt_index`."""
+
+    prompt_index: int
+    response: str
+    n_tokens: int  # generated tokens, EOS included when the policy stopped by itself
+    logprobs: tuple[float, ...]  # the policy's (untempered) log-prob of each generated token
+
+    @property
+    def logprob_std(self) -> float:
+        n = len(self.logprobs)
+        if n < 2:
+            return 0.0
+        mean = sum(self.logprobs) / n
+        return math.sqrt(sum((x - mean) ** 2 for x in self.logprobs) / (n - 1))
+
+
+def set_threads() -> int:
+    """Torch intra-op threads for a stage: $RLHF_TORCH_THREADS, default 1.
+
+    On a small shared CPU, two OpenMP threads that wait for each other are several times slower
+    than one (measured: a tiny-Llama training step took 9.3 s with 2 threads and 1.15 s with 1
+    while other processes kept both cores busy), so the stages default to one thread; set
+    RLHF_TORCH_THREADS=0 to keep torch's own default (all cores).
+    """
+    import os
+
+    import torch
+
+    n = int(os.environ.get("RLHF_TORCH_THREADS", "1"))
+    if n > 0:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+def quiet_hf() -> None:
+    """Silence the libraries' own progress bars and load reports (the stages print their own);
+    also sets the torch thread count (`set_threads`)."""
+    import datasets
+    import transformers
+
+    set_threads()
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def quiet_trainer(trainer) -> None:
+    """Drop the callback that prints every log dict when tqdm is disabled."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
+def load_tokenizer(path: str | Path):
+    """A tokenizer for left-padded generation (pad falls back to EOS when it has none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(path: str | Path):
+    """(model in eval mode on CPU, tokenizer) from a `save_pretrained` folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no policy checkpoint (config.json) in {path}")
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model.eval()
+    return model, load_tokenizer(path)
+
+
+def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens: int = 48,
+           temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, batch_size: int = 64,
+           progress=None) -> list[list[Sample]]:
+    """`n` sampled responses per prompt (temperature 0: greedy), as a list per prompt.
+
+    Prompts are rendered with `format_prompt`; `progress(k)` is called after each batch of k
+    prompts (for a progress bar).
+    """
+    import torch
+
+    out: list[list[Sample]] = [[] for _ in prompts]
+    if not prompts:
+        return out
+    pad_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
+    per_batch = max(1, batch_size // max(1, n))
+    greedy = temperature <= 0
+    try:
+        for b, start in enumerate(range(0, len(prompts), per_batch)):
+            chunk = list(prompts[start:start + per_batch])
+            enc = tokenizer([format_prompt(p) for p in chunk], return_tensors="pt", padding=True)
+            torch.manual_seed(seed * 1_000_003 + b)
+            with torch.no_grad():
+                gen = model.generate(
+                    **enc, do_sample=not greedy, temperature=None if greedy else temperature,
+                    top_p=None if greedy else top_p, top_k=None if greedy else 0,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=1 if greedy else n, pad_token_id=pad,
+                    eos_token_id=eos, output_logits=True, return_dict_in_generate=True,
+                )
+            new = gen.sequences[:, enc["input_ids"].shape[1]:]  # [rows, T_new]
+            logits = torch.stack(gen.logits, dim=1).float()  # [rows, T_new, V] (untempered)
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+            reps = 1 if greedy else n
+            for row in range(new.shape[0]):
+                ids = new[row].tolist()
+                stop = ids.index(eos) + 1 if eos in ids else len(ids)
+                # a pad equal to EOS only ever follows the stop, so `stop` is right either way
+                text = tokenizer.decode(ids[:stop], skip_special_tokens=True)
+                s = Sample(prompt_index=start + row // reps, response=response_of(text),
+                           n_tokens=stop, logprobs=tuple(float(x) for x in logp[row, :stop]))
+                out[s.prompt_index].append(s)
+            if greedy and n > 1:  # greedy decoding is deterministic: the n copies are equal
+                for i in range(start, start + len(chunk)):
+                    out[i] = out[i] * n
+            if progress is not None:
+                progress(len(chunk))
+    finally:
+        tokenizer.padding_side = pad_side
+    return out

@@ -1,0 +1,395 @@
+"""Preference data: k >= 3 SFT-policy responses per reward-split prompt, ranked by the annotators.
+
+Seed 000 §3.4: pairwise RM training with at least three responses per prompt. For each prompt of
+the pool's `reward` split, the SFT policy samples `k` responses and the world's `AnnotatorPool`
+ranks them at a labelling time that advances through the campaign (so the annotators' drift,
+seed 001 §3.1, shows up in the data). External human rankings are read too when the real-data
+folder is given: hh-rlhf chosen/rejected pairs and OpenAssistant ranked sibling replies. Every
+ranking is stored with its annotator id and timestamp in the `preferences` table, one row per
+ranked response; `expand_pairs` turns each ranking into all its (chosen, rejected) pairs.
+
+    rlhf preferences --pool artifacts/store/pool --policy artifacts/models/sft \
+        --realdata ../shared/realdata --out artifacts/store/preferences \
+        --metrics artifacts/metrics/preferences.json
+
+Without a pool (`--demos` instead of `--pool`), the prompts of the demonstrations are used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rlhf.pipeline.text import clean, split_dialogue
+from rlhf.store.hashing import content_hash
+
+HH_FILE = "hh-rlhf__harmless-base_test.jsonl.gz"
+OASST_FILE = "Open-Assistant__en_100_tree.jsonl"
+
+
+@dataclass(frozen=True)
+class AnnotatorConfig:
+    """The simulated annotator pool (the world's `AnnotatorPool` arguments)."""
+
+    n_annotators: int = 5
+    noise_std: float = 0.4  # per-label noise on the 0-5 scale
+    bias: dict[str, float] = field(default_factory=dict)  # annotator id -> constant offset
+    drift_per_day: float = 0.02  # systematic drift of the labels per day (seed 001 §3.1)
+    start: str = "2026-01-05"  # first labelling day (UTC)
+    labels_per_day: int = 100  # rankings per day: how fast the campaign's clock advances
+
+
+@dataclass(frozen=True)
+class PreferencesConfig:
+    """params.yaml `preferences`."""
+
+    k: int = 4  # policy responses per prompt (seed 000 §3.4: at least 3)
+    demo_candidates: int = 0  # + this many demonstration responses of the prompt's topic
+    max_prompts: int = 0  # 0 = every reward-split prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    batch_size: int = 64
+    heldout_fraction: float = 0.15  # prompts whose rankings are kept for RM evaluation
+    seed: int = 0
+    annotators: AnnotatorConfig = field(default_factory=AnnotatorConfig)
+    hh_heldout_fraction: float = 0.2  # the hh-rlhf file's own train/test split, by pair hash
+    hh_max_pairs: int = 0  # 0 = all pairs of the file
+    include_oasst: bool = True
+
+    def __post_init__(self):
+        if self.k < 3:
+            raise ValueError("k must be >= 3 (seed 000 §3.4: at least 3 responses per prompt)")
+        if not 0.0 <= self.heldout_fraction < 1.0 or not 0.0 <= self.hh_heldout_fraction < 1.0:
+            raise ValueError("held-out fractions must be in [0, 1)")
+
+
+def _fraction(key: str) -> float:
+    return int(content_hash(key)[:8], 16) / 16**8
+
+
+def split_of(prompt_id: str, fraction: float) -> str:
+    """'heldout' for a stable `fraction` of prompt ids, else 'train'."""
+    return "heldout" if _fraction("pref:" + prompt_id) < fraction else "train"
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+
+
+def reward_prompts_from_pool(pool_dir: str | Path) -> list[tuple[str, str]]:
+    """(prompt_id, text) of the pool's reward split, sorted by prompt id."""
+    from rlhf.store.io import read_table
+
+    table = read_table("pool", pool_dir)
+    if table.num_rows == 0:
+        raise ValueError(f"the pool in {pool_dir} is empty")
+    rows = [r for r in table.select(["prompt_id", "text", "split"]).to_pylist()
+            if r["split"] == "reward"]
+    return sorted((r["prompt_id"], r["text"]) for r in rows)
+
+
+# Without a pool, the demonstration prompts stand in for it, split by prompt hash like the
+# pool's reward / ppo / eval splits (shares of the pool's defaults).
+FALLBACK_SPLITS: tuple[tuple[str, float], ...] = (("reward", 0.5), ("ppo", 0.3), ("eval", 0.2))
+
+
+def fallback_split(prompt_id: str) -> str:
+    x, acc = _fraction("split:" + prompt_id), 0.0
+    for name, share in FALLBACK_SPLITS:
+        acc += share
+        if x < acc:
+            return name
+    return FALLBACK_SPLITS[-1][0]
+
+
+def prompts_from_demonstrations(demos_path: str | Path, split: str | None = None
+                                ) -> list[tuple[str, str]]:
+    """(prompt_id, text) of the distinct demonstration prompts (the fallback without a pool),
+    only those of `split` (reward / ppo / eval, by `fallback_split`) when given."""
+    from rlhf.pipeline.sft import read_demonstrations
+
+    texts = {clean(r["prompt"]) for r in read_demonstrations(demos_path)}
+    rows = [(content_hash(t), t) for t in texts]
+    return sorted(r for r in rows if split is None or fallback_split(r[0]) == split)
+
+
+# ---------------------------------------------------------------------------------------------
+# External human rankings (each yields (group key, prompt, [responses best first]))
+
+
+def read_hh_pairs(path: str | Path) -> Iterable[tuple[str, str, list[str]]]:
+    """hh-rlhf chosen/rejected dialogues as (line key, prompt, [chosen reply, rejected reply]).
+
+    Lines that are not JSON, lack either side, or whose two sides do not share the history are
+    skipped (counted by the caller as input - kept)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            try:
+                row = json.loads(line)
+                chosen, rejected = split_dialogue(row["chosen"]), split_dialogue(row["rejected"])
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                continue
+            if not chosen or not rejected or chosen[0] != rejected[0]:
+                continue
+            if not chosen[1] or not rejected[1] or chosen[1] == rejected[1]:
+                continue
+            yield f"hh:{n}", chosen[0], [chosen[1], rejected[1]]
+
+
+def read_oasst_groups(path: str | Path) -> Iterable[tuple[str, str, list[str]]]:
+    """OpenAssistant ranked sibling replies: (parent id, conversation so far, replies by rank)."""
+    def walk(node, history):
+        text = node.get("text") or ""
+        role = node.get("role")
+        turn = text if not history else f"{history}\n\n{'Human' if role == 'prompter' else 'Assistant'}: {text}"
+        replies = [r for r in node.get("replies") or [] if isinstance(r, dict)]
+        if role == "prompter":
+            ranked = []
+            for r in replies:
+                try:
+                    ranked.append((int(r.get("rank")), r.get("text") or ""))
+                except (TypeError, ValueError):
+                    continue
+            ranked = sorted(x for x in ranked if x[1].strip())
+            if len(ranked) >= 2:
+                yield f"oasst:{node.get('message_id')}", turn, [t for _, t in ranked]
+        for r in replies:
+            yield from walk(r, turn)
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                tree = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(tree, dict) and isinstance(tree.get("prompt"), dict):
+                yield from walk(tree["prompt"], "")
+
+
+def external_rows(realdata: str | Path, cfg: PreferencesConfig) -> tuple[list[dict], dict]:
+    """`preferences` rows of the external rankings found in `realdata` (none if absent)."""
+    realdata = Path(realdata)
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+    sources = [("hh-rlhf", realdata / HH_FILE, read_hh_pairs, cfg.hh_max_pairs)]
+    if cfg.include_oasst:
+        sources.append(("oasst", realdata / OASST_FILE, read_oasst_groups, 0))
+    for source, path, reader, cap in sources:
+        if not path.is_file():
+            counts[source] = 0
+            continue
+        n = 0
+        for key, prompt, ranked in reader(path):
+            if cap and n >= cap:
+                break
+            pid = content_hash(prompt)
+            split = "heldout" if _fraction(key) < cfg.hh_heldout_fraction else "train"
+            for rank, resp in enumerate(ranked):
+                rows.append({
+                    "ranking_id": content_hash(key)[:16], "prompt_id": pid, "prompt": prompt,
+                    "response_hash": content_hash(resp), "response": resp,
+                    "annotator_id": source, "labeled_at": None, "score": None, "rank": rank,
+                    "source": source, "response_source": "human", "split": split,
+                    "gold_score": None,
+                })
+            n += 1
+        counts[source] = n
+    return rows, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Rankings -> pairs
+
+
+def expand_pairs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """All (chosen, rejected) pairs of each ranking: k responses give k(k-1)/2 pairs.
+
+    Identical responses (same hash) and equal annotator scores make no pair. Each pair carries
+    its prompt_id, source, split, annotator_id and the gold scores of both sides when known.
+    """
+    by_ranking: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_ranking[r["ranking_id"]].append(r)
+    pairs = []
+    for rid in sorted(by_ranking):
+        ranked = sorted(by_ranking[rid], key=lambda r: r["rank"])
+        for i, a in enumerate(ranked):
+            for b in ranked[i + 1:]:
+                if a["response_hash"] == b["response_hash"]:
+                    continue
+                if a["score"] is not None and b["score"] is not None and a["score"] == b["score"]:
+                    continue
+                pairs.append({
+                    "prompt": a["prompt"], "chosen": a["response"], "rejected": b["response"],
+                    "prompt_id": a["prompt_id"], "source": a["source"], "split": a["split"],
+                    "annotator_id": a["annotator_id"],
+                    "gold_chosen": a.get("gold_score"), "gold_rejected": b.get("gold_score"),
+                })
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def default_world() -> tuple[Callable, Callable[[str, str], float]]:
+    from rlhf.pipeline.world.annotators import AnnotatorPool
+    from rlhf.pipeline.world.judge import gold_score
+
+    return AnnotatorPool, gold_score
+
+
+def topic_of(prompt: str) -> str | None:
+    """The world's topic of a prompt (None when it has none or the world is not installed)."""
+    try:
+        from rlhf.pipeline.world.judge import infer_topic
+    except ImportError:
+        return None
+    topic = infer_topic(prompt)
+    return topic.name if topic is not None else None
+
+
+def demo_candidates(prompts: Sequence[str], demos_path: str | Path, n: int,
+                    seed: int) -> list[list[str]]:
+    """`n` demonstration responses per prompt, drawn from the demonstrations of its topic.
+
+    A weak SFT policy's samples barely differ in quality, so rankings of them alone teach the RM
+    little; demonstrations of the same topic (of every quality: good, filler, wrong-topic, ...)
+    put the whole quality range into each ranking. Deterministic per (seed, prompt)."""
+    import random
+
+    from rlhf.pipeline.sft import read_demonstrations
+
+    by_topic: dict[str, list[str]] = defaultdict(list)
+    every: list[str] = []
+    for r in read_demonstrations(demos_path):
+        by_topic[str(r.get("topic"))].append(clean(r["response"]))
+        every.append(clean(r["response"]))
+    out = []
+    for p in prompts:
+        bank = by_topic.get(str(topic_of(p))) or every
+        rng = random.Random(f"{seed}|{content_hash(p)}")
+        out.append(rng.sample(bank, min(n, len(bank))))
+    return out
+
+
+def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[str]],
+             cfg: PreferencesConfig, pool_cls, judge,
+             origins: Sequence[Sequence[str]] | None = None) -> list[dict]:
+    """Rank each prompt's responses with one annotator of the pool, the clock advancing."""
+    a = cfg.annotators
+    start = datetime.fromisoformat(a.start).replace(tzinfo=UTC)
+    pool = pool_cls(n_annotators=a.n_annotators, noise_std=a.noise_std, bias=dict(a.bias),
+                    drift_per_day=a.drift_per_day, seed=cfg.seed, start=start)
+    rows = []
+    for i, ((pid, prompt), resps) in enumerate(zip(prompts, responses)):
+        when = start + timedelta(days=i / a.labels_per_day)
+        label = pool.label(prompt, list(resps), when)
+        rank_of = {idx: pos for pos, idx in enumerate(label.ranking)}
+        labeled_at = label.labeled_at
+        if labeled_at.tzinfo is None:
+            labeled_at = labeled_at.replace(tzinfo=UTC)
+        rid = content_hash(f"{pid}|{label.annotator_id}|{labeled_at.isoformat()}")[:16]
+        split = split_of(pid, cfg.heldout_fraction)
+        for j, resp in enumerate(resps):
+            rows.append({
+                "ranking_id": rid, "prompt_id": pid, "prompt": prompt,
+                "response_hash": content_hash(resp), "response": resp,
+                "annotator_id": label.annotator_id, "labeled_at": labeled_at,
+                "score": float(label.scores[j]), "rank": rank_of[j], "source": "annotator",
+                "response_source": origins[i][j] if origins else "policy",
+                "split": split, "gold_score": float(judge(prompt, resp)),
+            })
+    return rows
+
+
+def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
+        pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
+        realdata: str | Path | None = None, metrics_path: str | Path | None = None,
+        world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
+    """The `preferences` stage: sample, annotate, read external rankings, write the table."""
+    import shutil
+
+    from rlhf.pipeline.policy import load_policy, quiet_hf, sample
+    from rlhf.store.io import write_shard
+
+    quiet_hf()
+    if pool_dir is not None and Path(pool_dir).is_dir():
+        prompts, prompt_source = reward_prompts_from_pool(pool_dir), "pool:reward"
+    elif demos_path is not None:
+        prompts = prompts_from_demonstrations(demos_path, "reward")
+        prompt_source = "demonstrations:reward"
+    else:
+        raise ValueError("give --pool (a pool table folder) or --demos")
+    if cfg.max_prompts:
+        prompts = sorted(prompts, key=lambda x: _fraction("cap:" + x[0]))[: cfg.max_prompts]
+        prompts.sort()
+    if not prompts:
+        raise ValueError("no prompts to sample responses for")
+    pool_cls, judge = world or default_world()
+    model, tok = load_policy(policy_dir)
+    samples = sample(model, tok, [t for _, t in prompts], n=cfg.k, max_new_tokens=cfg.max_new_tokens,
+                     temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
+                     batch_size=cfg.batch_size, progress=progress)
+    responses = [[s.response for s in ss] for ss in samples]
+    origins = [["policy"] * len(r) for r in responses]
+    if cfg.demo_candidates:
+        if demos_path is None:
+            raise ValueError("preferences.demo_candidates needs --demos")
+        extra = demo_candidates([t for _, t in prompts], demos_path, cfg.demo_candidates, cfg.seed)
+        responses = [r + e for r, e in zip(responses, extra)]
+        origins = [o + ["demonstration"] * len(e) for o, e in zip(origins, extra)]
+    rows = annotate(prompts, responses, cfg, pool_cls, judge, origins)
+    ext_rows, ext_counts = ([], {}) if realdata is None else external_rows(realdata, cfg)
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    write_shard("preferences", rows, out_dir / "part-00000.parquet")
+    write_shard("preferences", ext_rows, out_dir / "part-00001.parquet")
+    pairs = expand_pairs(rows)
+    n_distinct = sum(len(set(r)) for r in responses)
+    metrics = {
+        "prompt_source": prompt_source,
+        "n_prompts": len(prompts),
+        "k": cfg.k,
+        "demo_candidates": cfg.demo_candidates,
+        "mean_gold_policy": _mean([r["gold_score"] for r in rows
+                                   if r["response_source"] == "policy"]),
+        "mean_gold_demonstration": _mean([r["gold_score"] for r in rows
+                                          if r["response_source"] == "demonstration"]),
+        "n_responses": len(rows),
+        "distinct_response_share": n_distinct / max(1, len(rows)),
+        "n_rankings": len({r["ranking_id"] for r in rows}),
+        "n_pairs": len(pairs),
+        "n_pairs_heldout": sum(p["split"] == "heldout" for p in pairs),
+        "n_annotators": len({r["annotator_id"] for r in rows}),
+        "annotator_gold_agreement": _agreement(pairs),
+        "mean_gold_score": sum(r["gold_score"] for r in rows) / max(1, len(rows)),
+        "external": ext_counts,
+        "n_external_pairs": len(expand_pairs(ext_rows)),
+    }
+    if metrics_path:
+        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _agreement(pairs: Sequence[dict]) -> float | None:
+    """Share of annotator pairs whose order the gold judge agrees with (gold ties excluded)."""
+    known = [p for p in pairs if p["gold_chosen"] is not None and p["gold_rejected"] is not None
+             and p["gold_chosen"] != p["gold_rejected"]]
+    if not known:
+        return None
+    return sum(p["gold_chosen"] > p["gold_rejected"] for p in known) / len(known)

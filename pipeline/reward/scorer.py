@@ -1,0 +1,168 @@
+"""The reward scorer PPO calls: `load_scorer(path)(prompts, responses) -> (rewards, confidence)`.
+
+A scorer folder holds `scorer.json` and one or more sequence-classification checkpoints
+(`save_pretrained`, each with its tokenizer):
+
+    artifacts/models/rm_strong/scorer.json   {"members": ["member_0", "member_1", "member_2"],
+                                              "references": [...], "temperature": T,
+                                              "aggregation": "mean", "max_length": L, ...}
+    artifacts/models/rm_light/scorer.json    {"members": ["."], ...}
+
+    scorer = load_scorer("artifacts/models/rm_strong")
+    rewards, confidence = scorer(prompts, responses)   # torch.float32 [B] and [B]
+
+- rewards: each member's score minus its reference (the member's mean score of SFT-policy
+  responses), so 0 is "as good as the baseline policy"; aggregated over members by
+  `aggregation`: "mean" or "min" (worst case, seed 001 §5.1). `scorer(..., aggregation="min")`
+  overrides it per call.
+- confidence in [0, 1] (seed 000 §3.4): 1 - H2(mean_i sigmoid(reward_i / T)), see
+  `rlhf.pipeline.reward.confidence`; `scorer.gate` (0.6) is the threshold below which PPO skips a
+  sample and queues it for RM fine-tuning.
+- `scorer.member_rewards(prompts, responses)` [members, B] for diagnostics; `scorer.n_params`.
+
+Texts are rendered with `rlhf.pipeline.text.format_sample` plus EOS, truncated from the left to
+`max_length` tokens (the response end is what matters), exactly as in training (`encode_pairs`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE, confidence_from_margins
+from rlhf.pipeline.text import format_sample
+
+SCORER_FILE = "scorer.json"
+AGGREGATIONS = ("mean", "min")
+
+
+def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str],
+                 max_length: int) -> list[list[int]]:
+    """Token ids of `format_sample(p, r) + eos`, left-truncated to `max_length`."""
+    texts = [format_sample(p, r) + tokenizer.eos_token for p, r in zip(prompts, responses)]
+    ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    return [x[-max_length:] if len(x) > max_length else x for x in ids]
+
+
+def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) -> dict[str, list]:
+    """{"chosen_ids", "rejected_ids"} for TRL's RewardTrainer (already tokenized, so it adds
+    nothing and filters nothing)."""
+    prompts = [p["prompt"] for p in pairs]
+    return {
+        "chosen_ids": encode_texts(tokenizer, prompts, [p["chosen"] for p in pairs], max_length),
+        "rejected_ids": encode_texts(tokenizer, prompts, [p["rejected"] for p in pairs],
+                                     max_length),
+    }
+
+
+def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64):
+    """Raw scalar scores [N] of pre-tokenized texts (right-padded, like the RewardTrainer)."""
+    import torch
+
+    pad = tokenizer.pad_token_id
+    out = []
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # less padding per batch
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width = max(len(ids[i]) for i in idx)
+            x = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                x[row, :len(ids[i])] = torch.tensor(ids[i])
+                mask[row, :len(ids[i])] = 1
+            out.append((idx, model(input_ids=x, attention_mask=mask).logits[:, 0].float()))
+    scores = torch.empty(len(ids))
+    for idx, s in out:
+        scores[idx] = s
+    return scores
+
+
+class Scorer:
+    """An ensemble (or a single) of sequence-classification RMs with references and calibration."""
+
+    def __init__(self, models: list, tokenizer, references: Sequence[float], temperature: float,
+                 aggregation: str = "mean", max_length: int = 256, batch_size: int = 64,
+                 gate: float = CONFIDENCE_GATE, meta: dict[str, Any] | None = None):
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        if len(models) != len(references):
+            raise ValueError("one reference score per member")
+        self.models = models
+        self.tokenizer = tokenizer
+        self.references = [float(r) for r in references]
+        self.temperature = float(temperature)
+        self.aggregation = aggregation
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.gate = gate
+        self.meta = meta or {}
+
+    @property
+    def n_params(self) -> int:
+        return int(sum(p.numel() for m in self.models for p in m.parameters()))
+
+    def member_rewards(self, prompts: Sequence[str], responses: Sequence[str]):
+        """[members, B]: each member's score minus its reference."""
+        import torch
+
+        if len(prompts) != len(responses):
+            raise ValueError("prompts and responses must have the same length")
+        if not prompts:
+            return torch.zeros((len(self.models), 0))
+        ids = encode_texts(self.tokenizer, prompts, responses, self.max_length)
+        return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size) - ref
+                            for m, ref in zip(self.models, self.references)])
+
+    def aggregate(self, member_rewards, aggregation: str | None = None):
+        """(rewards [B], confidence [B]) from member rewards [members, B]."""
+        how = aggregation or self.aggregation
+        if how not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
+        rewards = member_rewards.mean(0) if how == "mean" else member_rewards.min(0).values
+        return rewards, confidence_from_margins(member_rewards, self.temperature)
+
+    def __call__(self, prompts: Sequence[str], responses: Sequence[str],
+                 aggregation: str | None = None):
+        return self.aggregate(self.member_rewards(prompts, responses), aggregation)
+
+
+def save_scorer(path: str | Path, members: Sequence[str], references: Sequence[float],
+                temperature: float, aggregation: str, max_length: int,
+                extra: dict[str, Any] | None = None) -> Path:
+    """Write `scorer.json` next to the member checkpoints (paths relative to `path`)."""
+    path = Path(path)
+    meta = {"members": list(members), "references": [float(r) for r in references],
+            "temperature": float(temperature), "aggregation": aggregation,
+            "max_length": int(max_length), "confidence_gate": CONFIDENCE_GATE, **(extra or {})}
+    (path / SCORER_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return path / SCORER_FILE
+
+
+def load_rm(path: str | Path):
+    """A sequence-classification RM checkpoint, in eval mode, float32."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def load_scorer(path: str | Path, aggregation: str | None = None,
+                batch_size: int = 64) -> Scorer:
+    """The scorer saved in folder `path` (see the module docstring)."""
+    from rlhf.pipeline.policy import load_tokenizer
+
+    path = Path(path)
+    meta_path = path / SCORER_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no {SCORER_FILE} in {path}: not a reward-model folder")
+    meta = json.loads(meta_path.read_text())
+    models = [load_rm(path / m) for m in meta["members"]]
+    tokenizer = load_tokenizer(path / meta["members"][0])
+    return Scorer(models, tokenizer, meta["references"], meta["temperature"],
+                  aggregation or meta["aggregation"], meta["max_length"], batch_size,
+                  meta.get("confidence_gate", CONFIDENCE_GATE), meta)

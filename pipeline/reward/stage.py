@@ -1,0 +1,473 @@
+"""The `reward` stage: the strong RM ensemble, its calibration, the distilled light RM, the report.
+
+1. Expand the annotators' rankings (`preferences` table) into pairs; train `n_ensemble` RMs
+   (seed 001 §5.1: three) with TRL's RewardTrainer, each on its own bootstrap of the training
+   prompts and seed. Backbone of the embedded default: the SFT policy with a fresh score head.
+2. References (each member's mean score of the SFT policy's responses) and the confidence
+   temperature (fitted on one half of the held-out pairs); save `rm_strong` (scorer folder).
+3. Sample rollouts from the SFT policy on pool prompts, label them with the strong ensemble and
+   distil the light RM (seed 001 §4.2); save `rm_light`.
+4. Report: held-out pairwise accuracy (vs the annotators and vs the gold judge), accuracy by
+   confidence bin, Spearman against the gold judge on fresh samples of unseen (eval-split)
+   prompts (seed 001 §5.1: below 0.7 means overfit), light-vs-strong Spearman, sizes and the
+   speed ratio, annotator drift by time window, and an RM trained and tested on the hh-rlhf
+   pairs (the file's own train/test split).
+
+    rlhf reward --preferences artifacts/store/preferences --sft artifacts/models/sft \
+        --pool artifacts/store/pool --out-strong artifacts/models/rm_strong \
+        --out-light artifacts/models/rm_light --metrics artifacts/metrics/reward.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
+from rlhf.pipeline.reward.distill import LightConfig
+from rlhf.pipeline.reward.train import RmTrainConfig
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """params.yaml `reward`."""
+
+    n_ensemble: int = 3  # seed 001 §5.1: an ensemble of three RMs
+    aggregation: str = "mean"  # "mean" or "min" (worst case), the scorer's default
+    backbone: str = "sft"  # "sft": the SFT policy + a new score head; else a checkpoint / hub name
+    bootstrap: bool = True  # each member trains on a bootstrap resample of the training prompts
+    confidence_gate: float = CONFIDENCE_GATE  # seed 000 §3.4
+    train: RmTrainConfig = field(default_factory=RmTrainConfig)
+    light: LightConfig = field(default_factory=LightConfig)
+    rollout_prompts: int = 300  # pool prompts (ppo split) sampled for the light RM's distillation
+    rollout_k: int = 4  # responses per rollout prompt
+    eval_prompts: int = 100  # unseen (eval-split) prompts for the RM-vs-gold Spearman
+    eval_k: int = 2
+    eval_demo_candidates: int = 0  # + demonstrations of the topic per eval prompt (needs --demos)
+    temperature: float = 1.0  # sampling temperature of the rollouts
+    max_new_tokens: int = 48
+    batch_size: int = 64  # generation and scoring batch
+    drift_window_days: float = 1.0  # annotator drift report: mean label per window
+    adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
+    external_sources: list[str] = field(default_factory=lambda: ["hh-rlhf"])
+    external_train_pairs: int = 0  # 0 = every training pair of the external sources
+    external_epochs: float = 1.0
+    external_max_length: int = 192
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.aggregation not in ("mean", "min"):
+            raise ValueError("aggregation must be 'mean' or 'min'")
+        if self.n_ensemble < 1:
+            raise ValueError("n_ensemble must be >= 1")
+        if not 0.0 <= self.adversarial_fraction <= 1.0:
+            raise ValueError("adversarial_fraction must be in [0, 1]")
+
+
+# ---------------------------------------------------------------------------------------------
+# small helpers
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3:
+        return float("nan")
+    rho = spearmanr(a, b).statistic
+    return float(rho) if rho == rho else float("nan")
+
+
+def _bootstrap(pairs: list[dict], seed: int) -> list[dict]:
+    """Resample prompts with replacement (all pairs of a drawn prompt come along)."""
+    by_prompt: dict[str, list[dict]] = defaultdict(list)
+    for p in pairs:
+        by_prompt[p["prompt_id"]].append(p)
+    keys = sorted(by_prompt)
+    rng = random.Random(seed)
+    return [p for _ in keys for p in by_prompt[rng.choice(keys)]]
+
+
+def _accuracy(margins) -> float:
+    return float((margins > 0).float().mean()) if margins.numel() else float("nan")
+
+
+def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], list[str]]:
+    """(rollout prompts, eval prompts): the pool's ppo and eval splits, or, without a pool, the
+    demonstration prompts not used for preferences, split in two by hash."""
+
+    if pool_dir is not None and Path(pool_dir).is_dir():
+        from rlhf.store.io import read_table
+
+        rows = read_table("pool", pool_dir).select(["prompt_id", "text", "split"]).to_pylist()
+        rows.sort(key=lambda r: r["prompt_id"])
+        return ([r["text"] for r in rows if r["split"] == "ppo"],
+                [r["text"] for r in rows if r["split"] == "eval"])
+    if demos_path is None:
+        raise ValueError("give --pool or --demos for the rollout and evaluation prompts")
+    from rlhf.pipeline.preferences import prompts_from_demonstrations
+
+    return ([t for pid, t in prompts_from_demonstrations(demos_path, "ppo") if pid not in exclude],
+            [t for pid, t in prompts_from_demonstrations(demos_path, "eval") if pid not in exclude])
+
+
+def _cap(prompts: list[str], n: int, salt: str) -> list[str]:
+    from rlhf.pipeline.preferences import _fraction
+
+    if n and len(prompts) > n:
+        prompts = sorted(prompts, key=lambda t: _fraction(salt + t))[:n]
+    return prompts
+
+
+# ---------------------------------------------------------------------------------------------
+# report pieces
+
+
+def annotator_drift(rows: Sequence[dict], window_days: float) -> dict[str, Any]:
+    """Mean label by annotator by time window, and each annotator's drift per day.
+
+    The drift is the least-squares slope of (label - gold score) against days since the first
+    label: the gold judge is fixed, so a slope is the annotator moving, not the responses."""
+    rows = [r for r in rows if r["source"] == "annotator" and r["labeled_at"] is not None]
+    if not rows:
+        return {"windows": [], "drift_per_day": {}}
+    t0 = min(r["labeled_at"] for r in rows)
+    cells: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    per_annotator: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        days = (r["labeled_at"] - t0).total_seconds() / 86400
+        cells[(r["annotator_id"], int(days // window_days))].append(r)
+        if r["gold_score"] is not None:
+            per_annotator[r["annotator_id"]].append((days, r["score"] - r["gold_score"]))
+    windows = []
+    for (ann, w), rs in sorted(cells.items()):
+        windows.append({
+            "annotator_id": ann, "window": w, "n": len(rs),
+            "mean_label": sum(r["score"] for r in rs) / len(rs),
+            "mean_gold": (sum(r["gold_score"] for r in rs) / len(rs)
+                          if all(r["gold_score"] is not None for r in rs) else None),
+        })
+    drift = {}
+    for ann, pts in sorted(per_annotator.items()):
+        if len(pts) < 3:
+            continue
+        mx = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        sxx = sum((x - mx) ** 2 for x, _ in pts)
+        drift[ann] = (sum((x - mx) * (y - my) for x, y in pts) / sxx) if sxx > 0 else 0.0
+    return {"windows": windows, "drift_per_day": drift}
+
+
+def _gold_pairs(pairs: Sequence[dict]) -> list[dict]:
+    """The pairs re-ordered by the gold judge (gold ties dropped)."""
+    out = []
+    for p in pairs:
+        a, b = p.get("gold_chosen"), p.get("gold_rejected")
+        if a is None or b is None or a == b:
+            continue
+        out.append(p if a > b else {**p, "chosen": p["rejected"], "rejected": p["chosen"]})
+    return out
+
+
+def _pair_margins(scorer, pairs: Sequence[dict]):
+    """[members, n_pairs] member reward margins chosen - rejected."""
+    prompts = [p["prompt"] for p in pairs]
+    return (scorer.member_rewards(prompts, [p["chosen"] for p in pairs])
+            - scorer.member_rewards(prompts, [p["rejected"] for p in pairs]))
+
+
+def _timed(fn, repeats: int = 2) -> tuple[Any, float]:
+    best, out = math.inf, None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return out, best
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+
+def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
+        out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
+        pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
+        judge: Callable[[str, str], float] | None = None,
+        log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+    import torch
+    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf, sample
+    from rlhf.pipeline.preferences import expand_pairs
+    from rlhf.pipeline.reward.confidence import (
+        accuracy_by_confidence,
+        fit_temperature,
+    )
+    from rlhf.pipeline.reward.distill import build_light, distill
+    from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
+    from rlhf.pipeline.reward.train import init_rm, train_rm
+    from rlhf.store.io import read_table
+
+    quiet_hf()
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    if judge is None:
+        from rlhf.pipeline.world.judge import gold_score as judge
+    rows = read_table("preferences", preferences_dir).to_pylist()
+    ann_rows = [r for r in rows if r["source"] == "annotator"]
+    if not ann_rows:
+        raise ValueError(f"no annotator rankings in {preferences_dir}")
+    pairs = expand_pairs(ann_rows)
+    train_pairs = [p for p in pairs if p["split"] == "train"]
+    held_pairs = [p for p in pairs if p["split"] == "heldout"]
+    if not train_pairs or not held_pairs:
+        raise ValueError("need annotator pairs in both the train and the heldout split")
+    if cfg.adversarial_fraction > 0:
+        from rlhf.pipeline.reward.augment import augment_pairs
+
+        extra = augment_pairs(train_pairs, cfg.adversarial_fraction, judge, seed=cfg.seed)
+        for p in extra:
+            p.update(prompt_id="adv:" + p["prompt"], split="train")
+        train_pairs = train_pairs + extra
+    else:
+        extra = []
+    tok = load_tokenizer(sft_dir)
+    init = str(sft_dir) if cfg.backbone == "sft" else cfg.backbone
+    metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
+                               "n_adversarial_pairs": len(extra), "backbone": cfg.backbone}
+
+    # 1. the strong ensemble ---------------------------------------------------------------
+    out_strong = Path(out_strong)
+    if out_strong.exists():
+        shutil.rmtree(out_strong)
+    members, names, t0 = [], [], time.perf_counter()
+    for i in range(cfg.n_ensemble):
+        log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
+        data = _bootstrap(train_pairs, cfg.seed + 1000 + i) if cfg.bootstrap and cfg.n_ensemble > 1 \
+            else train_pairs
+        model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train, seed=cfg.seed + i)
+        name = f"member_{i}"
+        model.save_pretrained(out_strong / name)
+        tok.save_pretrained(out_strong / name)
+        members.append(model)
+        names.append(name)
+    metrics["strong_train_seconds"] = round(time.perf_counter() - t0, 1)
+
+    # 2. references and calibration --------------------------------------------------------
+    ref_prompts = [r["prompt"] for r in ann_rows if r["split"] == "train"]
+    ref_resps = [r["response"] for r in ann_rows if r["split"] == "train"]
+    raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
+                 cfg.batch_size, cfg.confidence_gate)
+    references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
+    strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
+                    cfg.batch_size, cfg.confidence_gate)
+    from rlhf.pipeline.preferences import _fraction
+
+    calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
+    report = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) >= 0.5] or held_pairs
+    strong.temperature = fit_temperature(_pair_margins(strong, calib or held_pairs))
+    save_scorer(out_strong, names, references, strong.temperature, cfg.aggregation,
+                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
+
+    margins = _pair_margins(strong, held_pairs)  # [members, pairs]
+    gold_held = _gold_pairs(held_pairs)
+    gold_margins = _pair_margins(strong, gold_held)
+    metrics.update({
+        "temperature": strong.temperature,
+        "references": references,
+        "heldout_accuracy_members": [_accuracy(m) for m in margins],
+        "heldout_accuracy_mean": _accuracy(margins.mean(0)),
+        "heldout_accuracy_min": _accuracy(margins.min(0).values),
+        "heldout_accuracy_vs_gold": _accuracy(gold_margins.mean(0)),
+        "annotator_heldout_agreement_with_gold": (
+            sum(p["gold_chosen"] > p["gold_rejected"] for p in gold_held) / len(gold_held)
+            if gold_held else None),
+        "accuracy_by_confidence": accuracy_by_confidence(_pair_margins(strong, report),
+                                                         strong.temperature),
+        "accuracy_by_confidence_vs_gold": accuracy_by_confidence(
+            gold_margins, strong.temperature),
+    })
+
+    # 3. rollouts, distillation --------------------------------------------------------------
+    policy, ptok = load_policy(sft_dir)
+    exclude = {r["prompt_id"] for r in ann_rows}
+    rollout_prompts, eval_prompts = _other_prompts(pool_dir, demos_path, exclude)
+    rollout_prompts = _cap(rollout_prompts, cfg.rollout_prompts, "roll:")
+    eval_prompts = _cap(eval_prompts, cfg.eval_prompts, "eval:")
+    log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
+    roll = sample(policy, ptok, rollout_prompts, n=cfg.rollout_k, max_new_tokens=cfg.max_new_tokens,
+                  temperature=cfg.temperature, seed=cfg.seed + 1, batch_size=cfg.batch_size)
+    d_prompts, d_resps, groups = [], [], []
+    for p, ss in zip(rollout_prompts, roll):
+        groups.append(list(range(len(d_prompts), len(d_prompts) + len(ss))))
+        d_prompts += [p] * len(ss)
+        d_resps += [s.response for s in ss]
+    # the preference responses are SFT rollouts too: one group per training ranking
+    by_rank: dict[str, list[dict]] = defaultdict(list)
+    for r in ann_rows:
+        if r["split"] == "train":
+            by_rank[r["ranking_id"]].append(r)
+    for rid in sorted(by_rank):
+        rs = by_rank[rid]
+        groups.append(list(range(len(d_prompts), len(d_prompts) + len(rs))))
+        d_prompts += [r["prompt"] for r in rs]
+        d_resps += [r["response"] for r in rs]
+    targets, _ = strong(d_prompts, d_resps)
+    ids = encode_texts(tok, d_prompts, d_resps, cfg.train.max_length)
+    log(f"distilling the light RM on {len(ids)} strong-RM labels")
+    t0 = time.perf_counter()
+    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed), tok, ids, targets,
+                                groups, cfg.light, seed=cfg.seed)
+    metrics["light_train_seconds"] = round(time.perf_counter() - t0, 1)
+    light_raw = Scorer([light_model], tok, [0.0], 1.0, "mean", cfg.train.max_length,
+                       cfg.batch_size, cfg.confidence_gate)
+    light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
+    light = Scorer([light_model], tok, [light_ref], 1.0, "mean", cfg.train.max_length,
+                   cfg.batch_size, cfg.confidence_gate)
+    light.temperature = fit_temperature(_pair_margins(light, calib or held_pairs))
+    out_light = Path(out_light)
+    if out_light.exists():
+        shutil.rmtree(out_light)
+    light_model.save_pretrained(out_light)
+    tok.save_pretrained(out_light)
+    save_scorer(out_light, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
+                {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
+    light_margins = _pair_margins(light, held_pairs)
+    metrics.update({
+        "n_distill_samples": len(ids),
+        "distill_final_loss": hist[-1]["loss"] if hist else None,
+        "light_heldout_accuracy": _accuracy(light_margins[0]),
+        "light_heldout_accuracy_vs_gold": _accuracy(_pair_margins(light, gold_held)[0]),
+        "light_temperature": light.temperature,
+    })
+
+    # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
+    log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
+    fresh = sample(policy, ptok, eval_prompts, n=cfg.eval_k, max_new_tokens=cfg.max_new_tokens,
+                   temperature=cfg.temperature, seed=cfg.seed + 2, batch_size=cfg.batch_size)
+    f_prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
+    f_resps = [s.response for ss in fresh for s in ss]
+    f_policy = [True] * len(f_resps)
+    if cfg.eval_demo_candidates:
+        if demos_path is None:
+            raise ValueError("reward.eval_demo_candidates needs --demos")
+        from rlhf.pipeline.preferences import demo_candidates
+
+        extra = demo_candidates(eval_prompts, demos_path, cfg.eval_demo_candidates, cfg.seed + 7)
+        for p, e in zip(eval_prompts, extra):
+            f_prompts += [p] * len(e)
+            f_resps += e
+            f_policy += [False] * len(e)
+    gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
+    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps))
+    (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
+    s_rew, s_conf = s_out
+    l_rew, _ = l_out
+    s_min, _ = strong(f_prompts, f_resps, aggregation="min")
+    gold_ref = sum(gold) / len(gold) if gold else 0.0
+    sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
+    pol = [i for i, f in enumerate(f_policy) if f]
+    metrics.update({
+        "n_fresh_samples": len(f_resps),
+        "n_fresh_policy_samples": len(pol),
+        "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
+        "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
+                                                        [gold[i] for i in pol]),
+        "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
+        "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
+        "spearman_members_vs_gold": [spearman(m.tolist(), gold)
+                                     for m in strong.member_rewards(f_prompts, f_resps)],
+        "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
+        "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
+        "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
+        "strong_params": strong.n_params,
+        "light_params": light.n_params,
+        "size_ratio": strong.n_params / light.n_params,
+        "strong_seconds": round(t_strong, 4),
+        "light_seconds": round(t_light, 4),
+        "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
+        "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
+        if len(s_conf) else None,
+        "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
+    })
+
+    # 5. annotator drift, external human preferences -------------------------------------------
+    metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
+    metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
+    metrics["seconds"] = round(time.perf_counter() - t_start, 1)
+    if metrics_path:
+        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_path).write_text(json.dumps(_jsonable(metrics), indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def _sign_bins(conf: Sequence[float], ok: Sequence[bool],
+               edges=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)) -> list[dict]:
+    """Per confidence bin: how often the reward's sign (vs the baseline) matches gold's side of
+    the gold mean, i.e. whether the per-sample confidence PPO gates on is earned."""
+    rows = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = [o for c, o in zip(conf, ok) if lo <= c < hi]
+        rows.append({"lo": lo, "hi": min(hi, 1.0), "n": len(sel),
+                     "accuracy": sum(sel) / len(sel) if sel else None})
+    return rows
+
+
+def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, strong, log
+                      ) -> dict[str, Any]:
+    """An RM trained on the external sources' train pairs, tested on their held-out pairs; and
+    the strong (task) RM's zero-shot accuracy on the same held-out pairs."""
+    from rlhf.pipeline.preferences import expand_pairs
+    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, train_rm
+
+    out: dict[str, Any] = {}
+    ext = [r for r in rows if r["source"] in cfg.external_sources]
+    if not ext:
+        return {"skipped": "no external rankings in the preferences table (realdata absent?)"}
+    pairs = expand_pairs(ext)
+    train = [p for p in pairs if p["split"] == "train"]
+    held = [p for p in pairs if p["split"] == "heldout"]
+    if cfg.external_train_pairs:
+        train = sorted(train, key=lambda p: p["prompt_id"] + p["chosen"][:20])
+        train = random.Random(cfg.seed).sample(train, min(len(train), cfg.external_train_pairs))
+    if not train or not held:
+        return {"skipped": "external pairs lack a train or a held-out part"}
+    log(f"training an RM on {len(train)} external pairs ({', '.join(cfg.external_sources)})")
+    t0 = time.perf_counter()
+    tcfg = RmTrainConfig(epochs=cfg.external_epochs, learning_rate=cfg.train.learning_rate,
+                         batch_size=cfg.train.batch_size, max_length=cfg.external_max_length,
+                         warmup_ratio=cfg.train.warmup_ratio, weight_decay=cfg.train.weight_decay,
+                         center_rewards_coefficient=cfg.train.center_rewards_coefficient)
+    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed)
+    ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size)
+    for source in cfg.external_sources:
+        h = [p for p in held if p["source"] == source]
+        if not h:
+            continue
+        out[source] = {
+            "n_train_pairs": sum(p["source"] == source for p in train),
+            "n_test_pairs": len(h),
+            "accuracy": _accuracy(_pair_margins(ext_scorer, h)[0]),
+            "strong_rm_zero_shot_accuracy": _accuracy(_pair_margins(strong, h).mean(0)),
+        }
+    out["train_seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, datetime):
+        return x.isoformat()
+    return x

@@ -1,0 +1,228 @@
+"""Supervised fine-tuning of the starting policy on the demonstrations (TRL's SFTTrainer).
+
+Embedded default (`sft.base_model: ""`): a Llama-style model built from scratch from the world's
+`model_config/` and `tokenizer/`, trained on `demonstrations.jsonl` as prompt/completion pairs
+rendered by `rlhf.pipeline.text` (loss on the response tokens only). Otherwise `base_model` names
+any causal LM (hub name or local path) to fine-tune, fully or with LoRA (`sft.lora: true`,
+needs `pip install peft`). Output: a `save_pretrained` checkpoint (model + tokenizer) and
+metrics: train / held-out loss and the gold judge's mean score of the SFT policy's samples on
+held-out demonstration prompts.
+
+    rlhf sft --demos artifacts/world/demonstrations.jsonl --tokenizer artifacts/world/tokenizer \
+        --model-config artifacts/world/model_config --out artifacts/models/sft \
+        --metrics artifacts/metrics/sft.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlhf.pipeline.text import RESPONSE_SEPARATOR, clean, format_prompt
+from rlhf.store.hashing import content_hash
+
+
+@dataclass(frozen=True)
+class SftConfig:
+    """params.yaml `sft`."""
+
+    base_model: str = ""  # "" = embedded default (from scratch); else hub name or local path
+    lora: bool = False  # LoRA adapters through peft instead of full fine-tuning
+    lora_r: int = 8
+    lora_alpha: int = 16
+    epochs: float = 3.0
+    learning_rate: float = 2e-3
+    batch_size: int = 32
+    max_length: int = 128  # tokens of prompt + response (longer ones are truncated at the end)
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    heldout_fraction: float = 0.1  # of the demonstrations' prompts, by prompt hash
+    eval_prompts: int = 64  # held-out prompts the gold judge scores the SFT policy on
+    eval_max_new_tokens: int = 48
+    eval_temperature: float = 0.7
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError("heldout_fraction must be in [0, 1)")
+        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
+            raise ValueError("epochs, learning_rate and batch_size must be positive")
+
+
+def hash_fraction(key: str) -> float:
+    """A stable number in [0, 1) from a text (the first 8 hex digits of its content hash)."""
+    return int(content_hash(key)[:8], 16) / 16**8
+
+
+def read_demonstrations(path: str | Path) -> list[dict[str, Any]]:
+    """The demonstrations as {"prompt", "response", ...} dicts; bad lines raise a clear error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"demonstrations file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
+                    or not isinstance(row.get("response"), str):
+                raise ValueError(f"{path}:{n}: needs string fields 'prompt' and 'response'")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no demonstrations")
+    return rows
+
+
+def split_demonstrations(rows, heldout_fraction: float):
+    """(train, heldout) by prompt hash, so a prompt's demonstrations stay on one side."""
+    train, held = [], []
+    for r in rows:
+        (held if hash_fraction("sft:" + clean(r["prompt"])) < heldout_fraction else train).append(r)
+    return train, held
+
+
+def _to_dataset(rows):
+    import datasets
+
+    return datasets.Dataset.from_dict({
+        "prompt": [format_prompt(r["prompt"]) for r in rows],
+        "completion": [RESPONSE_SEPARATOR + clean(r["response"]) for r in rows],
+    })
+
+
+def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
+                model_config_path: str | Path | None):
+    """(model, tokenizer): from scratch for the embedded default, else from `base_model`."""
+    import torch
+    from rlhf.pipeline.policy import load_tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cfg.base_model:
+        tok = load_tokenizer(cfg.base_model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=torch.float32)
+        return model, tok
+    if tokenizer_path is None or model_config_path is None:
+        raise ValueError("the embedded default needs --tokenizer and --model-config")
+    tok = load_tokenizer(tokenizer_path)
+    config = AutoConfig.from_pretrained(str(model_config_path))
+    if config.vocab_size < len(tok):
+        raise ValueError(f"model_config vocab_size {config.vocab_size} < tokenizer size {len(tok)}")
+    torch.manual_seed(cfg.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model, tok
+
+
+def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
+              tokenizer_path: str | Path | None = None,
+              model_config_path: str | Path | None = None) -> dict[str, Any]:
+    """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics."""
+    import tempfile
+
+    import torch
+    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
+    from transformers import set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    quiet_hf()
+    set_seed(cfg.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    train_rows, held_rows = split_demonstrations(demos, cfg.heldout_fraction)
+    if not train_rows:
+        raise ValueError("no training demonstrations left after the held-out split")
+    model, tok = build_model(cfg, tokenizer_path, model_config_path)
+    peft_config = None
+    if cfg.lora:
+        try:
+            from peft import LoraConfig
+        except ImportError:
+            raise ValueError("sft.lora needs peft: pip install 'peft>=0.18'") from None
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, task_type="CAUSAL_LM",
+                                 target_modules="all-linear")
+    with tempfile.TemporaryDirectory() as tmp:
+        args = SFTConfig(
+            output_dir=tmp, num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+            per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
+            warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
+            lr_scheduler_type="cosine", max_length=cfg.max_length, completion_only_loss=True,
+            train_sampling_strategy="group_by_length",
+            seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=True, bf16=False,
+            fp16=False, activation_checkpointing=False, save_strategy="no", eval_strategy="no",
+            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
+                             eval_dataset=_to_dataset(held_rows) if held_rows else None,
+                             processing_class=tok, peft_config=peft_config)
+        quiet_trainer(trainer)
+        t0 = time.perf_counter()
+        result = trainer.train()
+        train_seconds = time.perf_counter() - t0
+        eval_loss = float(trainer.evaluate()["eval_loss"]) if held_rows else float("nan")
+        model = trainer.model
+        if cfg.lora:
+            model = model.merge_and_unload()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return {
+        "train_loss": float(result.training_loss),
+        "eval_loss": eval_loss,
+        "eval_perplexity": math.exp(eval_loss) if eval_loss == eval_loss else float("nan"),
+        "n_train": len(train_rows),
+        "n_heldout": len(held_rows),
+        "n_params": int(sum(p.numel() for p in model.parameters())),
+        "train_seconds": round(train_seconds, 1),
+    }
+
+
+def judge_policy(model, tok, prompts: list[str], judge: Callable[[str, str], float],
+                 cfg: SftConfig) -> dict[str, float]:
+    """The gold judge's mean score (0-5) of one sampled response per held-out prompt."""
+    from rlhf.pipeline.policy import sample
+
+    if not prompts:
+        return {"gold_mean": float("nan"), "n_judged": 0}
+    outs = sample(model, tok, prompts, n=1, max_new_tokens=cfg.eval_max_new_tokens,
+                  temperature=cfg.eval_temperature, seed=cfg.seed)
+    scores = [judge(p, o[0].response) for p, o in zip(prompts, outs)]
+    return {"gold_mean": sum(scores) / len(scores), "n_judged": len(scores),
+            "mean_response_tokens": sum(o[0].n_tokens for o in outs) / len(outs)}
+
+
+def default_judge() -> Callable[[str, str], float]:
+    from rlhf.pipeline.world.judge import gold_score
+
+    return gold_score
+
+
+def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
+        metrics_path: str | Path | None = None, tokenizer_path: str | Path | None = None,
+        model_config_path: str | Path | None = None,
+        judge: Callable[[str, str], float] | None = None) -> dict[str, Any]:
+    """The `sft` stage: train, save, judge held-out prompts, write the metrics file."""
+    from rlhf.pipeline.policy import load_policy
+
+    demos = read_demonstrations(demos_path)
+    metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path)
+    _, held = split_demonstrations(demos, cfg.heldout_fraction)
+    prompts = sorted({clean(r["prompt"]) for r in held})[: cfg.eval_prompts]
+    model, tok = load_policy(out_dir)
+    judge = judge or default_judge()
+    metrics.update(judge_policy(model, tok, prompts, judge, cfg))
+    # the demonstrations themselves, judged the same way: the ceiling SFT can imitate
+    metrics["gold_mean_demonstrations"] = (
+        sum(judge(r["prompt"], r["response"]) for r in held) / len(held) if held else float("nan"))
+    if metrics_path:
+        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics

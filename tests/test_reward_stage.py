@@ -1,0 +1,105 @@
+"""The preferences -> reward -> difficulty stages end to end on the tiny test world."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return trained_policy(tmp_path_factory)
+
+
+def test_expand_pairs_all_pairs_of_a_ranking():
+    from rlhf.pipeline.preferences import expand_pairs
+
+    rows = [{"ranking_id": "r", "prompt_id": "p", "prompt": "q", "response_hash": h,
+             "response": h, "annotator_id": "a", "score": s, "rank": k, "source": "annotator",
+             "split": "train", "gold_score": None}
+            for k, (h, s) in enumerate([("x", 4.0), ("y", 3.0), ("z", 2.0), ("w", 1.0)])]
+    pairs = expand_pairs(rows)
+    assert len(pairs) == 6  # k (k-1) / 2
+    score = {"x": 4.0, "y": 3.0, "z": 2.0, "w": 1.0}
+    assert all(score[p["chosen"]] > score[p["rejected"]] for p in pairs)
+    assert {(p["chosen"], p["rejected"]) for p in pairs} >= {("x", "w"), ("y", "z")}
+    rows[1]["response_hash"] = "x"  # a duplicate response makes no pair with its twin
+    assert len(expand_pairs(rows)) == 5
+
+
+def test_external_readers(realdata):
+    from rlhf.pipeline.preferences import PreferencesConfig, expand_pairs, external_rows
+
+    rows, counts = external_rows(realdata, PreferencesConfig(hh_max_pairs=50))
+    assert counts["hh-rlhf"] == 50 and counts["oasst"] > 100
+    pairs = expand_pairs(rows)
+    hh = [p for p in pairs if p["source"] == "hh-rlhf"]
+    assert len(hh) == 50 and all(p["chosen"] != p["rejected"] for p in hh)
+    assert {p["split"] for p in pairs} == {"train", "heldout"}
+
+
+@pytest.mark.slow
+def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
+    import torch
+    from rlhf.pipeline import difficulty, preferences
+    from rlhf.pipeline.reward import load_scorer
+    from rlhf.pipeline.reward.distill import LightConfig
+    from rlhf.pipeline.reward.stage import RewardConfig
+    from rlhf.pipeline.reward.stage import run as run_reward
+    from rlhf.pipeline.reward.train import RmTrainConfig
+    from rlhf.store.io import read_table
+
+    d, sft = world
+    pool = write_pool(tmp_path / "pool", n=160)
+    pcfg = preferences.PreferencesConfig(k=4, max_new_tokens=16, heldout_fraction=0.3,
+                                         annotators=preferences.AnnotatorConfig(
+                                             n_annotators=3, drift_per_day=0.5, noise_std=0.0,
+                                             labels_per_day=10))
+    pm = preferences.run(pcfg, sft, tmp_path / "prefs", pool_dir=pool,
+                         metrics_path=tmp_path / "p.json", world=(ToyAnnotatorPool, toy_gold))
+    table = read_table("preferences", tmp_path / "prefs").to_pylist()
+    assert pm["n_responses"] == len(table) == 4 * pm["n_prompts"]
+    # noise-free toy annotators: a pair exists only where the judge's scores differ
+    assert pm["annotator_gold_agreement"] == 1.0
+    assert all(r["labeled_at"] is not None and r["annotator_id"].startswith("ann") for r in table)
+    assert pm["n_pairs_heldout"] > 0
+
+    rcfg = RewardConfig(n_ensemble=2, train=RmTrainConfig(epochs=8, learning_rate=3e-3,
+                                                           batch_size=16, max_length=64),
+                        light=LightConfig(epochs=8, groups_per_batch=8), rollout_prompts=30,
+                        rollout_k=3, eval_prompts=20, eval_k=2, max_new_tokens=16,
+                        adversarial_fraction=0.2)
+    m = run_reward(rcfg, tmp_path / "prefs", sft, tmp_path / "rm_strong", tmp_path / "rm_light",
+                   tmp_path / "reward.json", pool_dir=pool, judge=toy_gold)
+    saved = json.loads((tmp_path / "reward.json").read_text())
+    assert saved["heldout_accuracy_mean"] == pytest.approx(m["heldout_accuracy_mean"])
+    # the toy task is learnable: the RM ranks held-out pairs and fresh samples like the judge
+    # (the toy judge has coarse levels, so most pairs tie on gold; vs-gold counts the others)
+    assert m["heldout_accuracy_vs_gold"] >= 0.75, m
+    assert m["spearman_strong_vs_gold"] > 0.4, m
+    assert m["spearman_light_vs_strong"] > 0.4, m
+    assert m["n_fresh_samples"] == 2 * 20 and m["n_distill_samples"] >= 3 * 30
+    assert m["light_params"] < m["strong_params"]
+    assert sum(r["n"] for r in m["accuracy_by_confidence"]) > 0
+    drift = m["annotator_drift"]
+    assert drift["windows"] and all(v > 0.2 for v in drift["drift_per_day"].values())
+    assert m["external"].get("skipped")  # no external rows in this table
+
+    strong, light = load_scorer(tmp_path / "rm_strong"), load_scorer(tmp_path / "rm_light")
+    assert len(strong.models) == 2 and len(light.models) == 1
+    r, c = light(["Tell me about red things number 1."], ["Red is nice because red is bright."])
+    assert r.shape == (1,) and 0 <= float(c) <= 1
+    assert torch.isfinite(r).all()
+
+    dcfg = difficulty.DifficultyConfig(max_new_tokens=16)
+    dm = difficulty.run(dcfg, sft, tmp_path / "rm_strong", tmp_path / "difficulty",
+                        pool_dir=pool, metrics_path=tmp_path / "d.json")
+    rows = read_table("difficulty", tmp_path / "difficulty").to_pylist()
+    assert len(rows) == dm["n_prompts"] == 160
+    assert {r["topic_cluster"] for r in rows} == {0, 1, 2, 3}
+    assert dm["sampler_full_coverage_share"] == 1.0  # batch 16 >= 3 buckets + 4 clusters - 1
+    assert all(0.0 <= r["score"] <= 10.0 for r in rows)
+    assert {r["bucket"] for r in rows} <= {"low", "mid", "high"}
+    assert min(r["score"] for r in rows) == 0.0 and max(r["score"] for r in rows) == 10.0

@@ -1,0 +1,58 @@
+"""The SFT stage on a tiny tokenizer/model the test builds, and the shared text format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rlhf.pipeline.text import format_prompt, format_sample, response_of, split_dialogue
+from tiny_world import policy_metrics, toy_prompt, trained_policy
+
+
+def test_sample_starts_with_prompt():
+    p, r = "  What   is\tthis? ", " A cat. "
+    assert format_sample(p, r).startswith(format_prompt(p))
+    assert format_sample(p, r) == "Human: What is this?\nAssistant: A cat."
+    assert response_of(" Fine.\nHuman: more?") == "Fine."
+
+
+def test_split_dialogue():
+    d = "\n\nHuman: Hi\n\nAssistant: Hello\n\nHuman: Help me?\n\nAssistant: Sure."
+    prompt, reply = split_dialogue(d)
+    assert reply == "Sure."
+    assert prompt.startswith("Hi\n\nAssistant: Hello") and prompt.endswith("Help me?")
+    assert split_dialogue("\n\nHuman: no reply") is None
+
+
+@pytest.mark.slow
+def test_sft_trains_saves_and_judges(tmp_path_factory):
+    from rlhf.pipeline.policy import load_policy, sample
+
+    d, out = trained_policy(tmp_path_factory)  # runs rlhf.pipeline.sft.run (shared, ~15 s)
+    m = policy_metrics()
+    assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
+    assert json.loads((d / "sft.json").read_text())["n_train"] == m["n_train"]
+    assert m["n_heldout"] > 0 and m["n_params"] > 0
+    # the toy demonstrations are easy: far below the ~6 nats of an untrained model, and its
+    # samples mention the prompt's colour (an untrained policy scores 1.0 with the toy judge)
+    assert m["eval_loss"] < 2.0, m
+    assert m["gold_mean"] > 2.0, m
+    model, tk = load_policy(out)
+    a = sample(model, tk, [toy_prompt(1), toy_prompt(2)], n=3, max_new_tokens=12, seed=3)
+    b = sample(model, tk, [toy_prompt(1), toy_prompt(2)], n=3, max_new_tokens=12, seed=3)
+    assert [[s.response for s in x] for x in a] == [[s.response for s in x] for x in b]
+    assert all(len(x) == 3 for x in a)
+    s = a[0][0]
+    assert s.n_tokens == len(s.logprobs) and all(lp <= 0 for lp in s.logprobs)
+
+
+def test_sft_rejects_bad_demonstrations(tmp_path):
+    from rlhf.pipeline.sft import read_demonstrations
+
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"prompt": "a", "response": "b"}\n{not json\n')
+    with pytest.raises(ValueError, match="d.jsonl:2: not JSON"):
+        read_demonstrations(bad)
+    bad.write_text('{"prompt": "a"}\n')
+    with pytest.raises(ValueError, match="needs string fields"):
+        read_demonstrations(bad)
