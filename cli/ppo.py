@@ -1,7 +1,8 @@
 """`rlhf ppo`: train the policy with PPO against a reward model (pipeline/ppo/trainer.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
-        --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts
+        --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts \
+        --checkpoint-table artifacts/store/checkpoints
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def ppo(
     prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
     rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
+    checkpoint_table: Path | None = typer.Option(
+        None, help="The `checkpoints` table folder: one row per saved checkpoint (lineage audit)."),
     params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
@@ -40,7 +43,8 @@ def ppo(
     from rlhf.pipeline.ppo.trainer import run
 
     try:
-        last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume)
+        last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
+                   checkpoint_table=checkpoint_table)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
