@@ -102,6 +102,43 @@ class PromptSampler:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
+class StratifiedPromptSampler:
+    """Batches from the difficulty stage's sampler (pipeline/difficulty.py): every batch covers
+    every difficulty bucket and topic cluster as evenly as the prompts allow (seed 000 §3.1
+    level one, §4.2), as (prompt_id, text) pairs. Its state (JSON) goes into the checkpoint."""
+
+    def __init__(self, prompts: list[tuple[str, str]], difficulty_rows: list[dict],
+                 batch_size: int, seed: int):
+        from rlhf.pipeline.difficulty import sampler_from_table
+
+        self.text = dict(prompts)
+        rows = [r for r in difficulty_rows if r["prompt_id"] in self.text]
+        missing = len(self.text) - len({r["prompt_id"] for r in rows})
+        if missing:
+            raise ValueError(f"{missing} of {len(self.text)} prompts have no row in the "
+                             f"difficulty table: rerun the difficulty stage on this pool")
+        self.sampler = sampler_from_table(rows, batch_size, seed)
+
+    def next_batch(self, n: int) -> list[tuple[str, str]]:
+        if n != self.sampler.batch_size:
+            raise ValueError(f"the stratified sampler draws batches of {self.sampler.batch_size}")
+        return [(pid, self.text[pid]) for pid in self.sampler.next_batch()]
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def load_difficulty(path: str | Path) -> list[dict]:
+    """(prompt_id, bucket, topic_cluster) rows of a `difficulty` table folder."""
+    table = read_table("difficulty", path)
+    if table.num_rows == 0:
+        raise ValueError(f"no difficulty rows in {path}")
+    return table.select(["prompt_id", "bucket", "topic_cluster"]).to_pylist()
+
+
 # --------------------------------------------------------------------------- the trainer
 @dataclass
 class RunPaths:
@@ -131,14 +168,14 @@ class PPOTrainer:
 
     def __init__(self, cfg: PPOConfig, policy, ref_policy, tokenizer, scorer,
                  prompts: list[tuple[str, str]], paths: RunPaths, policy_path: str | None = None,
-                 accelerator=None, progress: bool = False):
+                 accelerator=None, progress: bool = False, sampler=None):
         from accelerate import Accelerator
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         self.progress = progress
-        self.format_prompt, _ = text_format()
+        self.format_prompt, _, self.response_of = text_format()
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
@@ -165,7 +202,8 @@ class PPOTrainer:
         else:
             self.ref = ref_policy.to(self.acc.device)
         self.ref.eval().requires_grad_(False)
-        self.sampler = PromptSampler(prompts, cfg.seed)
+        # uniform shuffled epochs unless a (stratified) sampler is given
+        self.sampler = sampler or PromptSampler(prompts, cfg.seed)
         self.kl_ctl = KLController(cfg.kl_coef, cfg.kl_warmup_on, cfg.kl_warmup_steps,
                                    cfg.collapse_kl_coef, cfg.collapse_hold_steps)
         self.collapse = RewardCollapseDetector(cfg.collapse_mean_drop, cfg.collapse_std_rise)
@@ -274,7 +312,9 @@ class PPOTrainer:
         for i, g in enumerate(responses):
             resp[i, : len(g)] = torch.tensor(g)
         resp_mask = torch.arange(T)[None, :] < torch.tensor([len(g) for g in responses])[:, None]
-        texts_out = [FALLBACK_RESPONSE if not v else tok.decode(g, skip_special_tokens=True)
+        # the scorer sees the response as every other stage cut it (pipeline/text.py)
+        texts_out = [FALLBACK_RESPONSE if not v
+                     else self.response_of(tok.decode(g, skip_special_tokens=True))
                      for g, v in zip(responses, valid)]
         dev = self.acc.device
         return Rollout(prompt_ids=ids, prompts=texts, responses=texts_out,
@@ -772,8 +812,12 @@ class PPOTrainer:
 def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,
-        checkpoint_table: str | Path | None = None) -> dict:
-    """Load the policy, reference, tokenizer and reward model from disk and run PPO."""
+        checkpoint_table: str | Path | None = None,
+        difficulty: str | Path | None = None) -> dict:
+    """Load the policy, reference, tokenizer and reward model from disk and run PPO.
+
+    With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
+    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.ppo.scoring import load_scorer
@@ -786,9 +830,15 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     scorer = load_scorer(reward_path)
     prompts = load_prompts(prompts_path)
+    sampler = None
+    if difficulty is not None:
+        from accelerate import PartialState
+
+        sampler = StratifiedPromptSampler(prompts, load_difficulty(difficulty),
+                                          cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
-                         policy_path=str(policy_path), progress=progress)
+                         policy_path=str(policy_path), progress=progress, sampler=sampler)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)
