@@ -13,6 +13,7 @@ from rlhf.cli import doctor as doctor_cmd
 from rlhf.cli import query as query_cmd
 from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
+from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -50,6 +51,8 @@ app.command("tables")(query_cmd.tables)
 app.command("audit")(query_cmd.audit)
 
 app.command("ppo")(ppo_cmd.ppo)
+app.command("ingest")(funnel_cmd.ingest)
+app.command("dedup")(funnel_cmd.dedup)
 
 
 def main() -> None:

@@ -24,6 +24,8 @@ T = TypeVar("T")
 # and the pure-math modules stay fast to import.
 SECTIONS: dict[str, str] = {
     "world": "rlhf.pipeline.world:WorldConfig",
+    "ingest": "rlhf.pipeline.ingest:IngestConfig",
+    "dedup": "rlhf.pipeline.dedup:DedupConfig",
     "ppo": "rlhf.pipeline.ppo.config:PPOConfig",
 }
 

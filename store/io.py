@@ -10,6 +10,7 @@ place, and the folder is fsynced, so a crash never leaves a partial shard visibl
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,30 @@ def remove_partials(directory: str | Path) -> int:
     for p in leftovers:
         p.unlink(missing_ok=True)
     return len(leftovers)
+
+
+def staging_dir(final: str | Path) -> Path:
+    """A hidden, empty sibling folder to write a whole table into before `swap_in`."""
+    final = Path(final)
+    staging = final.with_name(f".{final.name}.staging-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    return staging
+
+
+def swap_in(staging: str | Path, final: str | Path) -> None:
+    """Replace table folder `final` by the fully written `staging` folder (two renames), so a
+    failed run leaves the previous table whole and a rerun never appends to stale shards."""
+    staging, final = Path(staging), Path(final)
+    staging.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        staging.rename(final)
+        shutil.rmtree(old)
+    else:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(final)
 
 
 def shard_paths(directory: str | Path) -> list[Path]:

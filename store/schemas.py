@@ -15,7 +15,7 @@ import pyarrow as pa
 # every planted defect is quarantined for the right reason.
 REASON_CODES: dict[str, str] = {
     "bad_json": "line is not a JSON object",
-    "invalid_utf8": "line is not valid UTF-8",
+    "invalid_utf8": "line (or its text) is not valid UTF-8: undecodable bytes or lone surrogates",
     "bad_type": "a field has the wrong type (text not a string, score not a number, ...)",
     "unknown_source": "source type is not one of the three trusted types (seed 000 §4.2)",
     "missing_provenance": "a provenance field required by the source type is missing or empty",
@@ -26,6 +26,9 @@ REASON_CODES: dict[str, str] = {
     "email": "prompt contains an e-mail address",
     "phone": "prompt contains a phone number",
     "code_block": "prompt contains a fenced or indented code block",
+    "bad_record": "an hh-rlhf dialogue or OpenAssistant tree the adapter cannot read (no human turn)",
+    "synthetic": "OpenAssistant prompt written by a model, not a human (its `synthetic` flag)",
+    "unreadable": "the rest of a source file could not be read (corrupt archive or parquet file)",
 }
 
 SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
@@ -70,11 +73,38 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("raw", pa.string()),  # the offending line, truncated to 2,000 characters
         doc="Quarantine: rows rejected by ingest, each with its reason codes.",
     ),
+    # Preference pairs that public datasets ship with their prompts (hh-rlhf chosen/rejected,
+    # OpenAssistant ranked sibling replies), kept by ingest for the reward stage. `context` is the
+    # dialogue before the two responses ("\n\nHuman: ...\n\nAssistant: ..." ending with a human
+    # turn); when n_turns == 1 the context is the prompt alone and both responses answer it.
+    "external_pairs": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),  # content_hash of the first human turn
+        pa.field("source", pa.string(), nullable=False),  # "hh-rlhf" or "oasst"
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("context", pa.string(), nullable=False),
+        pa.field("n_turns", pa.int32(), nullable=False),  # human turns in context
+        pa.field("chosen", pa.string(), nullable=False),  # the human-preferred response
+        pa.field("rejected", pa.string(), nullable=False),
+        pa.field("chosen_rank", pa.int32()),  # OpenAssistant rank (0 = best); null for hh-rlhf
+        pa.field("rejected_rank", pa.int32()),
+        doc="Human preference pairs shipped with public prompt datasets (kept prompts only).",
+    ),
+    # Sentence embeddings cached by dedup, keyed by (content_hash, model_id), so a rerun embeds
+    # only new prompts. Lives under the cache folder given on the command line, not the store.
+    "embeddings": _schema(
+        pa.field("content_hash", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("embedding", pa.list_(pa.float32()), nullable=False),  # L2-normalised
+        doc="Embedding cache of the dedup stage.",
+    ),
     # The deduplicated prompt pool: one representative per semantic cluster.
     "pool": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("text", pa.string(), nullable=False),
         pa.field("source_type", pa.string(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),  # as in `prompts`
+        pa.field("source_line", pa.int64(), nullable=False),
         pa.field("dedup_cluster", pa.int64(), nullable=False),  # agglomerative cluster id
         pa.field("cluster_size", pa.int32(), nullable=False),
         pa.field("topic_cluster", pa.int32(), nullable=False),  # KMeans diversity cluster
@@ -82,10 +112,14 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("split", pa.string(), nullable=False),  # reward / ppo / eval, by prompt-id hash
         doc="The filtered and deduplicated prompt pool (seed 000 §4.2, §3.1 level one).",
     ),
-    # Near-duplicates that dedup set aside, each linked to its cluster's representative.
+    # Near-duplicates that dedup set aside, each linked to its cluster's representative. An exact
+    # copy of the representative's text has the same prompt_id (distance 0). Quote it in SQL:
+    # SIMILAR is a DuckDB keyword (SELECT * FROM "similar").
     "similar": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("text", pa.string(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),  # as in `prompts`
+        pa.field("source_line", pa.int64(), nullable=False),
         pa.field("representative_id", pa.string(), nullable=False),
         pa.field("dedup_cluster", pa.int64(), nullable=False),
         pa.field("distance", pa.float32(), nullable=False),  # cosine distance to representative

@@ -94,6 +94,8 @@ n = 3_000_000 if mode == "big" else 10
 rows = pa.table({
     "prompt_id": pa.array([f"{i:064d}" for i in range(n)]),
     "text": pa.array([f"text number {i} " * 4 for i in range(n)]),
+    "source_file": pa.array(["sources/human.jsonl"] * n),
+    "source_line": pa.array(range(1, n + 1), pa.int64()),
     "representative_id": pa.array(["r"] * n),
     "dedup_cluster": pa.array(range(n), pa.int64()),
     "distance": pa.array([0.1] * n, pa.float32()),

@@ -1,0 +1,116 @@
+"""`rlhf ingest` and `rlhf dedup`: the prompt funnel of seed 000 §4.2, one stage per command.
+
+    rlhf ingest --sources artifacts/world/sources --out-store artifacts/store
+    rlhf dedup --store artifacts/store --cache artifacts/cache/embeddings
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+from rlhf.cli.common import fail
+
+console = Console()
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+def _config(params: Path, section: str, cls: type):
+    """The typed section; outside a checkout (no ./params.yaml) the dataclass defaults, which
+    mirror the shipped params.yaml. An explicitly named, missing params file is an error."""
+    from rlhf.pipeline.config import ConfigError, build, load_section
+
+    try:
+        if params == DEFAULT_PARAMS and not params.is_file():
+            return build(cls, {}, section)
+        return load_section(params, section, cls)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), console=console, transient=True)
+
+
+def ingest(
+    sources: list[Path] = typer.Option(..., "--sources", "-s",
+                                       help="Source files or folders (.jsonl, .jsonl.gz, .parquet, "
+                                       "saved `datasets` folders); repeat the flag for several."),
+    out_store: Path = typer.Option(..., "--out-store", help="Store root; writes its prompts, "
+                                   "rejected and external_pairs folders."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer folder for the "
+                                          "max_tokens rule (default: regex word/punct count)."),
+    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
+) -> None:
+    """Source trust + PII/format filters; rejected rows go to the quarantine with reason codes."""
+    from rlhf.pipeline.ingest import IngestConfig, IngestError, run_ingest, write_metrics
+    from rlhf.store.schemas import REASON_CODES
+
+    cfg = _config(params, "ingest", IngestConfig)
+    try:
+        with _progress() as bar:
+            task = bar.add_task("ingesting rows", total=None)
+            result = run_ingest(sources, out_store, cfg, tokenizer,
+                                on_progress=lambda k: bar.advance(task, k))
+    except IngestError as exc:
+        fail(str(exc))
+    if metrics:
+        write_metrics(result, metrics)
+    table = Table(title=f"ingest -> {out_store}", show_header=True)
+    table.add_column("reason code")
+    table.add_column("rows", justify="right")
+    table.add_column("meaning")
+    for code, meaning in REASON_CODES.items():
+        if result.by_reason.get(code):
+            table.add_row(code, f"{result.by_reason[code]:,}", meaning)
+    console.print(table)
+    for name, c in result.by_file.items():
+        console.print(f"  {name}: {c['input']:,} rows, kept {c['kept']:,}, rejected "
+                      f"{c['rejected']:,}", highlight=False)
+    if result.skipped_files:
+        console.print(f"  skipped (unknown format): {', '.join(result.skipped_files)}")
+    ok = result.input_rows == result.kept + result.rejected
+    console.print(f"input {result.input_rows:,} = kept {result.kept:,} + rejected "
+                  f"{result.rejected:,} [{'green' if ok else 'red'}]{'ok' if ok else 'BROKEN'}[/]; "
+                  f"external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} unaligned "
+                  f"skipped); tokens: {result.tokenizer}",
+                  highlight=False)
+
+
+def dedup(
+    store: Path = typer.Option(..., "--store", help="Store root: reads prompts, writes pool and "
+                               "similar."),
+    cache: Path | None = typer.Option(None, "--cache", help="Embedding cache folder (reused "
+                                      "across runs; only new prompts are embedded)."),
+    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
+) -> None:
+    """MiniLM embeddings + agglomerative dedup at cosine 0.35, similar library, topic clusters."""
+    from rlhf.pipeline.dedup import DedupConfig, DedupError, run_dedup, write_metrics
+
+    cfg = _config(params, "dedup", DedupConfig)
+    try:
+        with _progress() as bar:
+            emb = bar.add_task("embedding new prompts", total=None)
+            clu = bar.add_task("clustering", total=None)
+            result = run_dedup(store, cfg, cache, on_embed=lambda k: bar.advance(emb, k),
+                               on_cluster=lambda k: bar.advance(clu, k))
+    except DedupError as exc:
+        fail(str(exc))
+    if metrics:
+        write_metrics(result, cfg, metrics)
+    m = result.metrics(cfg)
+    console.print(
+        f"prompts {m['input_prompts']:,} ({m['unique_texts']:,} distinct) -> pool {m['kept']:,} + "
+        f"similar {m['similar']:,}; {m['multi_member_clusters']:,} clusters with near-duplicates "
+        f"(largest {m['largest_cluster']}), dedup ratio {m['dedup_ratio']:.3f}", highlight=False)
+    console.print(
+        f"{m['path']} {cfg.linkage} linkage at {cfg.distance_threshold}, partitions "
+        f"{m['partitions']}, boundary merges {m['merges']}; embedded {m['embedded_new']:,} new, "
+        f"{m['embedded_cached']:,} from cache ({m['model_id']}); {m['topic_clusters']} topic "
+        f"clusters; splits {m['splits']}", highlight=False)
