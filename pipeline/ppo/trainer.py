@@ -131,12 +131,19 @@ class StratifiedPromptSampler:
         self.sampler.load_state_dict(state)
 
 
-def load_difficulty(path: str | Path) -> list[dict]:
-    """(prompt_id, bucket, topic_cluster) rows of a `difficulty` table folder."""
-    table = read_table("difficulty", path)
-    if table.num_rows == 0:
-        raise ValueError(f"no difficulty rows in {path}")
-    return table.select(["prompt_id", "bucket", "topic_cluster"]).to_pylist()
+def strata(pool: str | Path, difficulty: str | Path) -> list[dict]:
+    """(prompt_id, bucket, topic_cluster) per pool prompt: the topic cluster from the `pool`
+    table (dedup stage), the difficulty bucket from the `difficulty` table (difficulty stage)."""
+    if not Path(pool).is_dir():
+        raise ValueError("stratified batches need --prompts to be a pool table folder")
+    buckets = {r["prompt_id"]: r["bucket"] for r in
+               read_table("difficulty", difficulty).select(["prompt_id", "bucket"]).to_pylist()}
+    if not buckets:
+        raise ValueError(f"no difficulty rows in {difficulty}")
+    return [{"prompt_id": r["prompt_id"], "topic_cluster": r["topic_cluster"],
+             "bucket": buckets[r["prompt_id"]]}
+            for r in read_table("pool", pool).select(["prompt_id", "topic_cluster"]).to_pylist()
+            if r["prompt_id"] in buckets]
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -822,6 +829,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
 
     from rlhf.pipeline.ppo.scoring import load_scorer
 
+    import warnings
+
+    from rlhf.pipeline.policy import set_threads
+
+    set_threads()  # one torch thread by default: measured faster on a small shared CPU
+    # transformers warns on every model.train() of a checkpoint-capable model; once is enough
+    warnings.filterwarnings("once", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))
@@ -834,7 +848,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     if difficulty is not None:
         from accelerate import PartialState
 
-        sampler = StratifiedPromptSampler(prompts, load_difficulty(difficulty),
+        sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
