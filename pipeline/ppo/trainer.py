@@ -831,9 +831,12 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
 
     import warnings
 
-    from rlhf.pipeline.policy import set_threads
-
-    set_threads()  # one torch thread by default: measured faster on a small shared CPU
+    try:  # one torch thread by default, like every stage (measured faster on a shared CPU)
+        from rlhf.pipeline.policy import set_threads
+    except ImportError:  # the reward branch's stages are not merged yet
+        pass
+    else:
+        set_threads()
     # transformers warns on every model.train() of a checkpoint-capable model; once is enough
     warnings.filterwarnings("once", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     torch.manual_seed(cfg.seed)
