@@ -1,7 +1,9 @@
 """`rlhf ppo`: train the policy with PPO against a reward model (pipeline/ppo/trainer.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
-        --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts
+        --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts \
+        --checkpoint-table artifacts/store/checkpoints --difficulty artifacts/store/difficulty \
+        --heldout-store artifacts/store
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ def ppo(
     prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
     rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
+    checkpoint_table: Path | None = typer.Option(
+        None, help="The `checkpoints` table folder: one row per saved checkpoint (lineage audit)."),
+    difficulty: Path | None = typer.Option(
+        None, help="`difficulty` table folder: stratified batches (bucket x topic cluster)."),
+    heldout_store: Path | None = typer.Option(
+        None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out prompts."),
     params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
@@ -32,21 +40,34 @@ def ppo(
         cfg = load_section(params, "ppo")
     except ConfigError as exc:
         fail(str(exc))
-    for name, path in (("policy", policy), ("reward", reward), ("prompts", prompts)):
-        if not path.exists():
+    for name, path in (("policy", policy), ("reward", reward), ("prompts", prompts),
+                       ("difficulty", difficulty), ("heldout-store", heldout_store)):
+        if path is not None and not path.exists():
             fail(f"--{name} {path} does not exist")
     if resume and not (out / "checkpoints" / "latest").exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
     from rlhf.pipeline.ppo.trainer import run
 
     try:
-        last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume)
+        last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
+                   checkpoint_table=checkpoint_table, difficulty=difficulty)
+        from accelerate import PartialState
+
+        if not PartialState().is_main_process:
+            return
+        from rlhf.pipeline.ppo.evaluate import compare, rollouts_used
+
+        keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
+                "clip_ratio", "critic_loss", "entropy_mean")
+        report = {"ppo": {k: last.get(k) for k in keys},
+                  "rollouts": rollouts_used(rollouts, run_id or out.name)}
+        if heldout_store is not None and cfg.eval_max_new_tokens > 0:
+            report["heldout"] = compare(policy, out / "policy", heldout_store,
+                                        cfg.eval_max_new_tokens, cfg.eval_temperature,
+                                        cfg.eval_seed)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
-            "clip_ratio", "critic_loss", "entropy_mean")
-    final = {k: last.get(k) for k in keys}
     if metrics is not None:
         metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps({"ppo": final}, indent=1) + "\n")
-    typer.echo(json.dumps(final))
+        metrics.write_text(json.dumps(report, indent=1) + "\n")
+    typer.echo(json.dumps(report))

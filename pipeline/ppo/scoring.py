@@ -23,17 +23,20 @@ class Scorer(Protocol):
 
 
 def text_format():
-    """(format_prompt, format_sample) from pipeline/text.py (the reward helper's contract), or
-    plain concatenation when that module is not there yet."""
+    """(format_prompt, format_sample, response_of) from pipeline/text.py (the reward helper's
+    contract), or plain concatenation when that module is not there."""
     try:
-        from rlhf.pipeline.text import format_prompt, format_sample
+        from rlhf.pipeline.text import format_prompt, format_sample, response_of
     except ImportError:
         def format_prompt(prompt: str) -> str:
             return prompt
 
         def format_sample(prompt: str, response: str) -> str:
             return f"{prompt} {response}"
-    return format_prompt, format_sample
+
+        def response_of(generated: str) -> str:
+            return generated
+    return format_prompt, format_sample, response_of
 
 
 class HFScorer:
@@ -44,7 +47,7 @@ class HFScorer:
 
     def __init__(self, model, tokenizer, max_length: int = 512):
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
-        self.format_prompt, self.format_sample = text_format()
+        self.format_prompt, self.format_sample, _ = text_format()
 
     @classmethod
     def load(cls, path: str) -> HFScorer:
@@ -89,11 +92,39 @@ class HFScorer:
         return out
 
 
+class RewardStageScorer:
+    """The reward stage's scorer (`rlhf.pipeline.reward.load_scorer`: a callable returning
+    baseline-relative rewards and ensemble confidence) under this module's interface.
+
+    A single-member scorer (the light RM) also gets `token_scores`, the per-position attribution
+    the light critic's reward-aware attention reads, from the same member through `HFScorer`
+    (shifted by the member's reference, so the last position is the sequence's reward).
+    """
+
+    name = "light_rm"
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+        self.gate = getattr(scorer, "gate", None)
+        if len(getattr(scorer, "models", ())) == 1:
+            self._member = HFScorer(scorer.models[0], scorer.tokenizer, scorer.max_length)
+            self._reference = float(scorer.references[0])
+            self.token_scores = self._token_scores
+
+    def score(self, prompts: list[str], responses: list[str]):
+        return self.scorer(list(prompts), list(responses))
+
+    def _token_scores(self, prompts, responses, n_tokens):
+        ref = self._reference
+        return [(p - ref, [s - ref for s in per])
+                for p, per in self._member.token_scores(prompts, responses, n_tokens)]
+
+
 def load_scorer(path: str | Path):
-    """The scorer saved at `path`: the reward stage's own loader when it provides one
-    (`rlhf.pipeline.reward.load_scorer`), else a sequence-classification checkpoint."""
-    try:
+    """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
+    `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint."""
+    if (Path(path) / "scorer.json").is_file():
         from rlhf.pipeline.reward import load_scorer as reward_loader
-    except ImportError:
-        return HFScorer.load(str(path))
-    return reward_loader(path)
+
+        return RewardStageScorer(reward_loader(path))
+    return HFScorer.load(str(path))

@@ -11,8 +11,10 @@ Outputs under --out: checkpoints/step-NNNNNN/ (policy, critic, optimizers, sched
 sampler and controller state), tensorboard/ (every metric, every step), metrics.csv (the six
 seed 000 §4.4 metrics, one line every `csv_every` steps), metrics.jsonl (every metric, every
 step), events.jsonl (reward collapses / RM-refresh requests, skipped updates, diagnostics),
-policy/ and critic.pt (final weights), summary.json. Rollout rows go to --rollouts/<run_id>/
-as one atomic parquet shard per step and process (table `rollouts`).
+policy/ and critic.pt (final weights), summary.json. Rollout rows go to the `rollouts` table
+folder --rollouts through the store's writer (store/rollouts.py: run_id=<id>/step_bucket=<k>/,
+sorted whole-step shards); every saved checkpoint gets a row in the `checkpoints` table folder
+--checkpoint-table when one is given (what `rlhf audit lineage` walks).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.ppo.schedules import KLController, adaptive_clip, lambda_eps
 from rlhf.pipeline.ppo.scoring import text_format
 from rlhf.store.hashing import content_hash
-from rlhf.store.io import read_table, write_shard
+from rlhf.store.io import read_table, remove_partials, write_shard
+from rlhf.store.rollouts import RolloutWriter, run_folder
 
 CSV_COLUMNS = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
                "clip_ratio", "critic_loss", "entropy_mean")
@@ -99,21 +102,72 @@ class PromptSampler:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
+class StratifiedPromptSampler:
+    """Batches from the difficulty stage's sampler (pipeline/difficulty.py): every batch covers
+    every difficulty bucket and topic cluster as evenly as the prompts allow (seed 000 §3.1
+    level one, §4.2), as (prompt_id, text) pairs. Its state (JSON) goes into the checkpoint."""
+
+    def __init__(self, prompts: list[tuple[str, str]], difficulty_rows: list[dict],
+                 batch_size: int, seed: int):
+        from rlhf.pipeline.difficulty import sampler_from_table
+
+        self.text = dict(prompts)
+        rows = [r for r in difficulty_rows if r["prompt_id"] in self.text]
+        missing = len(self.text) - len({r["prompt_id"] for r in rows})
+        if missing:
+            raise ValueError(f"{missing} of {len(self.text)} prompts have no row in the "
+                             f"difficulty table: rerun the difficulty stage on this pool")
+        self.sampler = sampler_from_table(rows, batch_size, seed)
+
+    def next_batch(self, n: int) -> list[tuple[str, str]]:
+        if n != self.sampler.batch_size:
+            raise ValueError(f"the stratified sampler draws batches of {self.sampler.batch_size}")
+        return [(pid, self.text[pid]) for pid in self.sampler.next_batch()]
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def strata(pool: str | Path, difficulty: str | Path) -> list[dict]:
+    """(prompt_id, bucket, topic_cluster) per pool prompt: the topic cluster from the `pool`
+    table (dedup stage), the difficulty bucket from the `difficulty` table (difficulty stage)."""
+    if not Path(pool).is_dir():
+        raise ValueError("stratified batches need --prompts to be a pool table folder")
+    buckets = {r["prompt_id"]: r["bucket"] for r in
+               read_table("difficulty", difficulty).select(["prompt_id", "bucket"]).to_pylist()}
+    if not buckets:
+        raise ValueError(f"no difficulty rows in {difficulty}")
+    return [{"prompt_id": r["prompt_id"], "topic_cluster": r["topic_cluster"],
+             "bucket": buckets[r["prompt_id"]]}
+            for r in read_table("pool", pool).select(["prompt_id", "topic_cluster"]).to_pylist()
+            if r["prompt_id"] in buckets]
+
+
 # --------------------------------------------------------------------------- the trainer
 @dataclass
 class RunPaths:
     out: Path
-    rollouts: Path  # the `rollouts` table folder; this run writes under rollouts/<run_id>/
+    rollouts: Path  # the `rollouts` table folder; this run writes under run_id=<run_id>/
     run_id: str
+    checkpoint_table: Path | None = None  # the `checkpoints` table folder (None: not recorded)
     checkpoints: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out, self.rollouts = Path(self.out), Path(self.rollouts)
+        if self.checkpoint_table is not None:
+            self.checkpoint_table = Path(self.checkpoint_table)
         self.checkpoints = self.out / "checkpoints"
 
     @property
     def run_rollouts(self) -> Path:
-        return self.rollouts / self.run_id
+        return run_folder(self.rollouts, self.run_id)
+
+    def checkpoint_id(self, step: int) -> str:
+        """The id of the policy after `step` updates (rollouts carry it as `checkpoint_id`)."""
+        return f"{self.run_id}/policy-{step:06d}"
 
 
 class PPOTrainer:
@@ -121,14 +175,14 @@ class PPOTrainer:
 
     def __init__(self, cfg: PPOConfig, policy, ref_policy, tokenizer, scorer,
                  prompts: list[tuple[str, str]], paths: RunPaths, policy_path: str | None = None,
-                 accelerator=None, progress: bool = False):
+                 accelerator=None, progress: bool = False, sampler=None):
         from accelerate import Accelerator
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         self.progress = progress
-        self.format_prompt, _ = text_format()
+        self.format_prompt, _, self.response_of = text_format()
         if tokenizer.pad_token_id is None:
             raise ValueError("the policy tokenizer needs a pad token")
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
@@ -155,14 +209,18 @@ class PPOTrainer:
         else:
             self.ref = ref_policy.to(self.acc.device)
         self.ref.eval().requires_grad_(False)
-        self.sampler = PromptSampler(prompts, cfg.seed)
+        # uniform shuffled epochs unless a (stratified) sampler is given
+        self.sampler = sampler or PromptSampler(prompts, cfg.seed)
         self.kl_ctl = KLController(cfg.kl_coef, cfg.kl_warmup_on, cfg.kl_warmup_steps,
                                    cfg.collapse_kl_coef, cfg.collapse_hold_steps)
         self.collapse = RewardCollapseDetector(cfg.collapse_mean_drop, cfg.collapse_std_rise)
         self.gradmon = GradNormMonitor(reference_steps=cfg.gradnorm_reference_steps,
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
-        self.writer = None
+        self.writer = None  # TensorBoard (main process)
+        self.rollout_writer: RolloutWriter | None = None  # the store's writer (main process)
+        self.parent_checkpoint: str | None = None  # null parent: the run starts from SFT
+        self.data_version = content_hash("\n".join(sorted(p[0] for p in prompts)))
         self.current_step = 0
         self._last_suggestions: set[str] = set()
 
@@ -175,6 +233,10 @@ class PPOTrainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.paths.out / "tensorboard"), purge_step=start)
+            # resume_after: drop the steps a killed run stored after its last checkpoint (they
+            # are redone now), so no step is ever stored twice (store/rollouts.py)
+            self.rollout_writer = RolloutWriter(self.paths.rollouts, self.paths.run_id,
+                                                resume_after=start - 1 if resume else None)
         self.acc.wait_for_everyone()
         last: dict = {}
         steps = range(start, self.cfg.total_steps + 1)
@@ -188,7 +250,7 @@ class PPOTrainer:
         """One PPO step; returns its metrics (already logged)."""
         self.current_step = step
         batch = self._my_share(self.sampler.next_batch(self.cfg.batch_size * self.world))
-        version = f"{self.paths.run_id}/policy-{step - 1:06d}"
+        version = self.paths.checkpoint_id(step - 1)
         r = self.generate(batch, version)
         self.score(r)
         self.forward_logprobs(r)
@@ -257,7 +319,9 @@ class PPOTrainer:
         for i, g in enumerate(responses):
             resp[i, : len(g)] = torch.tensor(g)
         resp_mask = torch.arange(T)[None, :] < torch.tensor([len(g) for g in responses])[:, None]
-        texts_out = [FALLBACK_RESPONSE if not v else tok.decode(g, skip_special_tokens=True)
+        # the scorer sees the response as every other stage cut it (pipeline/text.py)
+        texts_out = [FALLBACK_RESPONSE if not v
+                     else self.response_of(tok.decode(g, skip_special_tokens=True))
                      for g, v in zip(responses, valid)]
         dev = self.acc.device
         return Rollout(prompt_ids=ids, prompts=texts, responses=texts_out,
@@ -549,38 +613,81 @@ class PPOTrainer:
 
     # ----------------------------------------------------------------- rollout rows
     def write_rollouts(self, step: int, r: Rollout) -> None:
+        """This step's rows from every process, appended by the main process's store writer.
+
+        One writer per run, not per process: the store's shards hold whole steps (what lets a
+        resumed run trim exactly the steps it redoes), and two processes writing the same step
+        would need two shards of one step under one name. The rows are small (hashes and
+        scalars), so gathering them costs little next to the step itself.
+        """
+        rows = self.rollout_rows(step, r)
+        if self.world > 1:
+            from accelerate.utils import gather_object
+
+            rows = gather_object(rows)  # rank order: the same rows in the same order every run
+        if self.acc.is_main_process:
+            self.rollout_writer.write(rows)
+
+    def rollout_rows(self, step: int, r: Rollout) -> list[dict]:
         now = datetime.now(UTC)
         kl_seq = r.kl.sum(1).tolist()
-        rows = []
-        for i in range(len(r)):
-            rows.append({
-                "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
-                "prompt_hash": content_hash(r.prompts[i]),
-                "response_hash": content_hash(r.responses[i]),
-                "reward": float(r.scores[i]),
-                "scorer": getattr(self.scorer, "name", "light_rm") if bool(r.valid[i])
-                else "fallback",
-                "tier": 1, "prompt_tokens": int(r.query_mask[i].sum()),
-                "response_tokens": int(r.response_mask[i].sum()), "kl": float(kl_seq[i]),
-                "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
-                "prompt_text": r.prompts[i] if self.cfg.debug_rollouts else None,
-                "response_text": r.responses[i] if self.cfg.debug_rollouts else None,
-            })
-        write_shard("rollouts", rows,
-                    self.paths.run_rollouts / f"step-{step:06d}-rank{self.rank}.parquet")
+        debug = self.cfg.debug_rollouts
+        return [{
+            "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
+            "prompt_hash": content_hash(r.prompts[i]),
+            "response_hash": content_hash(r.responses[i]),
+            "reward": float(r.scores[i]),
+            "scorer": getattr(self.scorer, "name", "light_rm") if bool(r.valid[i]) else "fallback",
+            "tier": 1, "prompt_tokens": int(r.query_mask[i].sum()),
+            "response_tokens": int(r.response_mask[i].sum()), "kl": float(kl_seq[i]),
+            "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
+            "prompt_text": r.prompts[i] if debug else None,
+            "response_text": r.responses[i] if debug else None,
+        } for i in range(len(r))]
+
+    def record_checkpoint(self, step: int, folder: Path, only_if_missing: bool = False) -> None:
+        """One row in the `checkpoints` table (run_id=<id>/step-NNNNNNNNN.parquet, atomic)."""
+        table = self.paths.checkpoint_table
+        if table is None or not self.acc.is_main_process:
+            return
+        path = run_folder(table, self.paths.run_id) / f"step-{step:09d}.parquet"
+        if only_if_missing and path.exists():
+            return
+        cid = self.paths.checkpoint_id(step)
+        row = {"checkpoint_id": cid, "run_id": self.paths.run_id, "step": step,
+               "parent_id": self.parent_checkpoint, "data_version": self.data_version,
+               "params_hash": content_hash(json.dumps(asdict(self.cfg), sort_keys=True)),
+               "path": str(folder), "created_at": datetime.now(UTC)}
+        write_shard("checkpoints", [row], path)
+
+    def _trim_checkpoint_rows(self, step: int) -> None:
+        """Drop rows of checkpoints after `step` (a killed run may have recorded one whose
+        `latest` pointer never moved) and of every step on a fresh start."""
+        if self.paths.checkpoint_table is None:
+            return
+        folder = run_folder(self.paths.checkpoint_table, self.paths.run_id)
+        for path in folder.glob("step-*.parquet"):
+            if int(path.stem.split("-")[1]) > step:
+                path.unlink()
+        remove_partials(folder)
 
     # ----------------------------------------------------------------- checkpoints
     def _trainer_state(self, step: int) -> dict:
         return {"step": step, "sampler": self.sampler.state_dict(),
                 "kl_controller": self.kl_ctl.state_dict(),
                 "collapse": self.collapse.state_dict(), "gradmon": self.gradmon.state_dict(),
-                "config": asdict(self.cfg), "world_size": self.world}
+                "config": asdict(self.cfg), "world_size": self.world,
+                "parent_checkpoint": self.parent_checkpoint}
 
     def save_checkpoint(self, step: int) -> Path:
-        """Atomic: written to a hidden folder, then renamed; `latest` names the newest."""
+        """Atomic: written to a hidden folder, then renamed; `latest` names the newest.
+
+        The rollout rows up to `step` are on disk before `latest` moves: a run killed later
+        resumes from here and trims only what came after (resume_after=step)."""
         final = self.paths.checkpoints / f"step-{step:06d}"
         tmp = self.paths.checkpoints / f".step-{step:06d}.tmp"
         if self.acc.is_main_process:
+            self.rollout_writer.flush()
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self.acc.wait_for_everyone()
@@ -601,6 +708,8 @@ class PPOTrainer:
             latest = self.paths.checkpoints / ".latest.tmp"
             latest.write_text(final.name)
             latest.replace(self.paths.checkpoints / "latest")
+            self.record_checkpoint(step, final)
+        self.parent_checkpoint = self.paths.checkpoint_id(step)
         self.acc.wait_for_everyone()
         return final
 
@@ -632,17 +741,20 @@ class PPOTrainer:
         if rng["cuda"] is not None:
             torch.cuda.set_rng_state_all(rng["cuda"])
         if self.acc.is_main_process:
-            self._truncate_records(step)
+            self._truncate_logs(step)
+            self._trim_checkpoint_rows(step)
+            # killed between `latest` and the row: write it now (same id, same parent)
+            self.parent_checkpoint = state.get("parent_checkpoint")
+            self.record_checkpoint(step, ckpt, only_if_missing=True)
+            for bucket in self.paths.run_rollouts.glob("step_bucket=*"):
+                remove_partials(bucket)  # a shard the kill interrupted (never visible)
+        self.parent_checkpoint = self.paths.checkpoint_id(step)
         self.acc.wait_for_everyone()
         return step
 
-    def _truncate_records(self, step: int) -> None:
-        """Remove what a killed run wrote after checkpoint `step` (it is about to be redone)."""
-        for shard in self.paths.run_rollouts.glob("*.parquet"):
-            if int(shard.name.split("-")[1]) > step:
-                shard.unlink()
-        for tmp in self.paths.run_rollouts.glob(".*.tmp"):
-            tmp.unlink()
+    def _truncate_logs(self, step: int) -> None:
+        """Remove the log lines a killed run wrote after checkpoint `step` (they are redone);
+        its rollout rows are trimmed by the store writer (resume_after)."""
         for name, keep in (("metrics.jsonl", lambda m: m["step"] <= step),
                            ("events.jsonl", lambda m: m.get("step", 0) <= step)):
             path = self.paths.out / name
@@ -663,11 +775,14 @@ class PPOTrainer:
             shutil.rmtree(self.paths.out / "tensorboard", ignore_errors=True)
             shutil.rmtree(self.paths.checkpoints, ignore_errors=True)
             shutil.rmtree(self.paths.run_rollouts, ignore_errors=True)
+            self._trim_checkpoint_rows(-1)
             self.paths.out.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
 
     # ----------------------------------------------------------------- the end
     def finish(self, last: dict) -> dict:
+        if self.acc.is_main_process:
+            self.rollout_writer.close()
         policy = self.acc.unwrap_model(self.policy)
         digest = hashlib.sha256()
         for name, t in sorted(policy.state_dict().items()):
@@ -703,12 +818,27 @@ class PPOTrainer:
 # --------------------------------------------------------------------------- entry point
 def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
-        run_id: str | None = None, resume: bool = False, progress: bool = True) -> dict:
-    """Load the policy, reference, tokenizer and reward model from disk and run PPO."""
+        run_id: str | None = None, resume: bool = False, progress: bool = True,
+        checkpoint_table: str | Path | None = None,
+        difficulty: str | Path | None = None) -> dict:
+    """Load the policy, reference, tokenizer and reward model from disk and run PPO.
+
+    With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
+    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.ppo.scoring import load_scorer
 
+    import warnings
+
+    try:  # one torch thread by default, like every stage (measured faster on a shared CPU)
+        from rlhf.pipeline.policy import set_threads
+    except ImportError:  # the reward branch's stages are not merged yet
+        pass
+    else:
+        set_threads()
+    # transformers warns on every model.train() of a checkpoint-capable model; once is enough
+    warnings.filterwarnings("once", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))
@@ -717,9 +847,15 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     scorer = load_scorer(reward_path)
     prompts = load_prompts(prompts_path)
-    paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name)
+    sampler = None
+    if difficulty is not None:
+        from accelerate import PartialState
+
+        sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
+                                          cfg.batch_size * PartialState().num_processes, cfg.seed)
+    paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
-                         policy_path=str(policy_path), progress=progress)
+                         policy_path=str(policy_path), progress=progress, sampler=sampler)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)

@@ -1,0 +1,60 @@
+"""Held-out gold evaluation of a PPO run: the gold judge's scores of the SFT policy and of the
+PPO policy on the same held-out prompts, with the same sampling (what `artifacts/metrics/ppo.json`
+reports). The judge (rlhf.pipeline.world.judge.gold_score) never trains anything.
+
+    rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
+    python -c "from rlhf.pipeline.ppo.evaluate import gold_eval; \
+print(gold_eval('artifacts/models/sft', [('x', 'Why do leaves look green?')]))"
+
+Held-out prompts are every member of the eval-split clusters (pipeline/eval_prompts.py), none of
+which PPO (split "ppo") or the reward models (split "reward") saw.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], max_new_tokens: int = 64,
+              temperature: float = 0.7, seed: int = 0, batch_size: int = 64) -> dict:
+    """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos),
+    scored by the gold judge: {n, gold_mean, gold_std, response_tokens_mean}."""
+    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.world.judge import gold_score
+
+    model, tok = load_policy(policy_path)
+    texts = [t for _, t in prompts]
+    outs = sample(model, tok, texts, n=1, max_new_tokens=max_new_tokens,
+                  temperature=temperature, top_p=1.0, seed=seed, batch_size=batch_size)
+    scores = [gold_score(p, o[0].response) for p, o in zip(texts, outs)]
+    n = len(scores)
+    mean = sum(scores) / n if n else float("nan")
+    std = math.sqrt(sum((x - mean) ** 2 for x in scores) / (n - 1)) if n > 1 else 0.0
+    return {"n": n, "gold_mean": round(mean, 4), "gold_std": round(std, 4),
+            "response_tokens_mean": round(sum(o[0].n_tokens for o in outs) / max(n, 1), 2)}
+
+
+def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path,
+            max_new_tokens: int, temperature: float, seed: int) -> dict:
+    """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables)."""
+    from rlhf.pipeline.eval_prompts import held_out_prompts
+
+    prompts = held_out_prompts(store_root)
+    if not prompts:
+        raise ValueError(f"no held-out (eval-split) prompts in {store_root}")
+    sft = gold_eval(sft_path, prompts, max_new_tokens, temperature, seed)
+    ppo = gold_eval(ppo_path, prompts, max_new_tokens, temperature, seed)
+    return {"n_prompts": len(prompts), "sft": sft, "ppo": ppo,
+            "gold_gain": round(ppo["gold_mean"] - sft["gold_mean"], 4),
+            "sampling": {"temperature": temperature, "top_p": 1.0,
+                         "max_new_tokens": max_new_tokens, "seed": seed}}
+
+
+def rollouts_used(rollouts: str | Path, run_id: str) -> int:
+    """Rows of the run in the `rollouts` table (every generated response, fallbacks included)."""
+    import pyarrow.parquet as pq
+
+    from rlhf.store.rollouts import run_shards
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for _, _, p in run_shards(rollouts, run_id))
