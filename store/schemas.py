@@ -31,6 +31,10 @@ REASON_CODES: dict[str, str] = {
     "unreadable": "the rest of a source file could not be read (corrupt archive or parquet file)",
 }
 
+# Codes that only adapters of external formats or unreadable files produce; the embedded world
+# plants every other code in its sources.
+EXTERNAL_ONLY_CODES: frozenset[str] = frozenset({"bad_record", "synthetic", "unreadable"})
+
 SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
 
 _TS = pa.timestamp("us", tz="UTC")

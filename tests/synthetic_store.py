@@ -43,6 +43,7 @@ REJECTED = [
 
 def _pool(pid: str, source_type: str, topic: int) -> dict:
     return {"prompt_id": pid, "text": f"prompt {pid}", "source_type": source_type,
+            "source_file": f"{source_type}.jsonl", "source_line": int(pid[1:]),
             "dedup_cluster": int(pid[1:]), "cluster_size": 1, "topic_cluster": topic,
             "n_tokens": 3, "split": "ppo"}
 

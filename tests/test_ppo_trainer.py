@@ -184,7 +184,8 @@ def test_load_prompts_from_jsonl_and_pool(tmp_path):
 
     (tmp_path / "p.jsonl").write_text('{"text": "b"}\n{"prompt_id": "x", "text": "a"}\n')
     assert load_prompts(tmp_path / "p.jsonl") == [(content_hash("b"), "b"), ("x", "a")]
-    rows = [dict(prompt_id=i, text=t, source_type="human", dedup_cluster=0, cluster_size=1,
+    rows = [dict(prompt_id=i, text=t, source_type="human", source_file="h.jsonl", source_line=1,
+                 dedup_cluster=0, cluster_size=1,
                  topic_cluster=0, n_tokens=1, split=s)
             for i, t, s in (("1", "u", "ppo"), ("2", "v", "eval"))]
     write_shard("pool", rows, tmp_path / "pool" / "part-00000.parquet")
