@@ -27,6 +27,7 @@ SECTIONS: dict[str, str] = {
     "ingest": "rlhf.pipeline.ingest:IngestConfig",
     "dedup": "rlhf.pipeline.dedup:DedupConfig",
     "ppo": "rlhf.pipeline.ppo.config:PPOConfig",
+    "eval": "rlhf.pipeline.eval:EvalConfig",
 }
 
 
