@@ -348,9 +348,9 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
         strong_rm: str | Path, prompts_path: str | Path, out: str | Path,
         temperature: float, top_p: float, progress: bool = True) -> dict:
     """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics)."""
-    from rlhf.pipeline.policy import set_threads
+    from rlhf.pipeline.policy import quiet_hf
 
-    set_threads()
+    quiet_hf()  # one torch thread (see policy.set_threads), no library progress bars
     out = Path(out)
     prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
     curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,
