@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import typer
-
 from rlhf.cli.common import fail
 
 

@@ -136,7 +136,6 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     summed over its tokens (full tempered distributions, as the PPO trainer's penalty: core.full_kl).
     """
     import torch
-
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.ppo.scoring import text_format
 
@@ -162,13 +161,9 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
             resp_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [B, T]
             ids = torch.cat([enc["input_ids"], gen], 1)
             mask = torch.cat([enc["attention_mask"], resp_mask.long()], 1)
-            pos = (mask.cumsum(-1) - 1).clamp_min(0)  # left padding: positions as in generate
-
-            def logits_of(m):  # [B, T, V] response-token logits / temperature
-                lg = m(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-                return lg[:, P - 1: P - 1 + T].float() / (temperature + 1e-7)
-
-            kl = core.full_kl(logits_of(model), logits_of(ref)) * resp_mask  # [B, T]
+            kl = core.full_kl(_response_logits(model, ids, mask, P, T, temperature),
+                              _response_logits(ref, ids, mask, P, T, temperature))
+            kl = kl * resp_mask  # [B, T]
         for i, r in enumerate(rows):
             text = response_of(tok.decode(r[:lengths[i]], skip_special_tokens=True))
             out.append({"response": text, "n_tokens": lengths[i],
@@ -176,6 +171,14 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
         if progress is not None:
             progress(len(chunk))
     return out
+
+
+def _response_logits(model, ids, mask, P: int, T: int, temperature: float):
+    """[B, T, V] logits / temperature at the T response positions of left-padded prompt (P
+    tokens) + response sequences, as the PPO trainer computes them."""
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)  # left padding: positions as in generate
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    return logits[:, P - 1: P - 1 + T].float() / (temperature + 1e-7)
 
 
 def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) -> list[float]:
@@ -195,7 +198,6 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
              top_p: float, progress: bool = True) -> tuple[list[dict], list[dict]]:
     """(curve rows, sample rows): every policy sampled on every prompt and scored."""
     import torch
-
     from rlhf.pipeline.policy import load_policy
     from rlhf.pipeline.ppo.scoring import load_scorer
     from rlhf.pipeline.world.judge import gold_score
@@ -314,33 +316,33 @@ def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path) -
     peak = max(rows, key=lambda r: r["gold_mean"])
     lines = [
         "# Evaluation: SFT vs PPO checkpoints on held-out prompts", "",
-        f"{n_prompts} held-out prompts (eval-split clusters), one sampled response per prompt "
+        (f"{n_prompts} held-out prompts (eval-split clusters), one sampled response per prompt "
         f"and policy (temperature {sampling['temperature']}, top-p {sampling['top_p']}, "
         f"max {sampling['max_new_tokens']} new tokens, seed {sampling['seed']}, the same seeds "
         "for every policy). KL is the exact KL(policy || SFT) over the full vocabulary, summed "
         "over each response's tokens, averaged over responses. Win rate: gold judge, paired "
-        "with SFT's response to the same prompt, ties count 1/2. Step 0 is the SFT policy.", "",
+        "with SFT's response to the same prompt, ties count 1/2. Step 0 is the SFT policy."), "",
         "| " + " | ".join(CURVE_COLUMNS) + " |",
         "|" + "---|" * len(CURVE_COLUMNS),
         *("| " + " | ".join(_fmt(r[k]) for k in CURVE_COLUMNS) + " |" for r in rows), "",
         "## Reading", "",
-        f"- Gold: SFT {sft['gold_mean']:.3f} -> last checkpoint (step {last['step']}) "
+        (f"- Gold: SFT {sft['gold_mean']:.3f} -> last checkpoint (step {last['step']}) "
         f"{last['gold_mean']:.3f} ({last['gold_mean'] - sft['gold_mean']:+.3f}); win rate "
-        f"against SFT {last['win_rate']:.3f}.",
-        f"- Light RM (the PPO reward): {sft['light_rm_mean']:.3f} -> {last['light_rm_mean']:.3f};"
-        f" strong RM: {sft['strong_rm_mean']:.3f} -> {last['strong_rm_mean']:.3f}.",
+        f"against SFT {last['win_rate']:.3f}."),
+        (f"- Light RM (the PPO reward): {sft['light_rm_mean']:.3f} -> {last['light_rm_mean']:.3f};"
+        f" strong RM: {sft['strong_rm_mean']:.3f} -> {last['strong_rm_mean']:.3f}."),
         f"- Gold peaks at step {peak['step']} (sqrt KL {peak['sqrt_kl']:.3f})"
         + (" and falls after it while the proxy keeps its gain: over-optimisation (Gao et al. "
            "2022)." if peak is not last and last["light_rm_mean"] >= peak["light_rm_mean"]
            else "."),
-        f"- Response length {sft['response_tokens_mean']:.1f} -> "
+        (f"- Response length {sft['response_tokens_mean']:.1f} -> "
         f"{last['response_tokens_mean']:.1f} tokens; repetition rate "
-        f"{sft['repetition_rate']:.3f} -> {last['repetition_rate']:.3f}.", "",
+        f"{sft['repetition_rate']:.3f} -> {last['repetition_rate']:.3f}."), "",
         "## Figures", "",
         "![gold and proxy reward against sqrt(KL)](gold_proxy_vs_kl.png)", "",
         "![metrics, SFT vs the last PPO checkpoint](metrics_sft_vs_ppo.png)", "",
-        "Data: `curves.csv` (one row per policy), `samples.jsonl` (every response and its "
-        "scores). `dvc plots show` renders the curves.", ""]
+        ("Data: `curves.csv` (one row per policy), `samples.jsonl` (every response and its "
+        "scores). `dvc plots show` renders the curves."), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -360,8 +362,7 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
                 "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed}
     write_curves(curves, out / "curves.csv")
     with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
-        for s in samples:
-            fh.write(json.dumps(s, ensure_ascii=False) + "\n")
+        fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
     plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png")
     plot_bars(curves[0], curves[-1], out / "metrics_sft_vs_ppo.png")
     write_report(curves, len(prompts), sampling, out / "report.md")

@@ -7,9 +7,8 @@ import csv
 import json
 import math
 
-import pytest
-
 import ppo_tiny
+import pytest
 from rlhf.pipeline.eval import EvalConfig, repetition_rate, win_rate
 
 
@@ -54,7 +53,6 @@ def test_batched_kl_matches_unbatched_sum(tmp_path):
     """Left padding and position ids must not change the KL: each row's sum equals the KL
     computed from a forward over that prompt + response alone."""
     import torch
-
     from rlhf.pipeline.eval import sample_with_kl
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import format_prompt
@@ -113,9 +111,8 @@ def _params(tmp_path, **eval_kw):
 
 
 def _invoke(args):
-    from typer.testing import CliRunner
-
     from rlhf.cli.app import app
+    from typer.testing import CliRunner
 
     return CliRunner().invoke(app, ["eval", *map(str, args)])
 
@@ -128,7 +125,7 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
             "--params", _params(tmp_path), "--metrics", metrics]
     res = _invoke(args)
     assert res.exit_code == 0, res.output
-    rows = list(csv.DictReader(open(out / "curves.csv")))
+    rows = list(csv.DictReader((out / "curves.csv").read_text().splitlines()))
     assert [int(r["step"]) for r in rows] == [0, 2, 4]
     assert float(rows[0]["kl_mean"]) == 0.0 and float(rows[0]["win_rate"]) == 0.5
     kls = [float(r["kl_mean"]) for r in rows]
@@ -138,7 +135,7 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
         assert 0 <= float(r["win_rate"]) <= 1 and 0 <= float(r["gold_mean"]) <= 5
     # the light and strong RM are the same model here: the two proxy columns must agree
     assert [r["light_rm_mean"] for r in rows] == [r["strong_rm_mean"] for r in rows]
-    samples = [json.loads(line) for line in open(out / "samples.jsonl")]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 10
     step4 = [s for s in samples if s["step"] == 4]
     assert float(rows[2]["gold_mean"]) == pytest.approx(sum(s["gold"] for s in step4) / 10,
@@ -162,7 +159,7 @@ def test_eval_checkpoint_selection_and_clean_errors(tmp_path):
             "--out", tmp_path / "eval"]
     res = _invoke([*base, "--params", _params(tmp_path, checkpoints=[4], n_prompts=3)])
     assert res.exit_code == 0, res.output
-    rows = list(csv.DictReader(open(tmp_path / "eval" / "curves.csv")))
+    rows = list(csv.DictReader((tmp_path / "eval" / "curves.csv").read_text().splitlines()))
     assert [int(r["step"]) for r in rows] == [0, 4]
     res = _invoke([*base, "--params", _params(tmp_path, checkpoints=[6])])
     assert res.exit_code == 2 and "step(s) [6]" in res.output
