@@ -166,3 +166,20 @@ def test_eval_checkpoint_selection_and_clean_errors(tmp_path):
     res = _invoke([*base[:3], tmp_path / "nope", *base[4:], "--params", _params(tmp_path)])
     assert res.exit_code == 2 and "does not exist" in res.output
     assert "Traceback" not in res.output
+
+
+def test_prompt_cap_is_a_seeded_subset(tmp_path):
+    from rlhf.pipeline.eval import load_eval_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt_id": f"q{i:02d}", "text": t}) + "\n"
+                            for i, t in enumerate(ppo_tiny.PROMPTS)))
+    every = load_eval_prompts(path)
+    assert len(every) == len(ppo_tiny.PROMPTS)
+    five = load_eval_prompts(path, cap=5, seed=3)
+    assert len(five) == 5 and set(five) <= set(every) and five == sorted(five)
+    assert five == load_eval_prompts(path, cap=5, seed=3)
+    assert five != load_eval_prompts(path, cap=5, seed=4)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no held-out prompts"):
+        load_eval_prompts(tmp_path / "empty.jsonl")
