@@ -28,7 +28,7 @@ import csv
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 CURVE_COLUMNS = ("step", "sqrt_kl", "kl_mean", "gold_mean", "light_rm_mean", "strong_rm_mean",
@@ -370,4 +370,4 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
     return {"n_prompts": len(prompts), "n_policies": len(curves),
             "sft": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[0].items()},
             "final": rnd, "gold_gain": round(curves[-1]["gold_mean"] - curves[0]["gold_mean"], 4),
-            "sampling": sampling, "config": asdict(cfg)}
+            "sampling": sampling}
