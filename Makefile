@@ -30,6 +30,8 @@ $(STAMP): pyproject.toml requirements.lock
 run: setup
 	$(BIN)/dvc repro
 	$(BIN)/dvc status
+	@# the last stage's verdict: SFT vs every PPO checkpoint (artifacts/eval/report.md)
+	@sed -n '/^| step/,/^## Figures/p' artifacts/eval/report.md
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -14,6 +14,7 @@ from rlhf.cli import query as query_cmd
 from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
+from rlhf.cli import eval as eval_cmd
 from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli.common import fail
 
@@ -52,6 +53,7 @@ app.command("tables")(query_cmd.tables)
 app.command("audit")(query_cmd.audit)
 
 app.command("ppo")(ppo_cmd.ppo)
+app.command("eval")(eval_cmd.eval_cmd)
 app.command("ingest")(funnel_cmd.ingest)
 app.command("dedup")(funnel_cmd.dedup)
 app.command("sft")(stages_rm.sft)

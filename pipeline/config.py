@@ -31,6 +31,7 @@ SECTIONS: dict[str, str] = {
     "preferences": "rlhf.pipeline.preferences:PreferencesConfig",
     "reward": "rlhf.pipeline.reward.stage:RewardConfig",
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
+    "eval": "rlhf.pipeline.eval:EvalConfig",
 }
 
 

@@ -1,0 +1,54 @@
+"""`rlhf eval`: SFT and every PPO checkpoint on held-out prompts, gold vs proxy (pipeline/eval.py).
+
+    rlhf eval --sft artifacts/models/sft --ppo artifacts/ppo \
+        --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
+        --prompts artifacts/store --out artifacts/eval --metrics artifacts/metrics/eval.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rlhf.cli.common import fail
+
+
+def eval_cmd(
+    sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer): step 0 "
+                             "and the KL reference."),
+    ppo: Path = typer.Option(..., help="PPO run folder (its checkpoints/step-NNNNNN/)."),
+    light_rm: Path = typer.Option(..., help="Light reward model (the PPO reward)."),
+    strong_rm: Path = typer.Option(..., help="Strong reward model."),
+    prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
+                                 "similar) or a JSONL file of {prompt_id, text}."),
+    out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
+    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+    metrics: Path | None = typer.Option(None, help="Write the metrics here (dvc metrics)."),
+) -> None:
+    """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
+    from rlhf.pipeline.config import ConfigError, load_section
+
+    try:
+        cfg = load_section(params, "eval")
+        ppo_cfg = load_section(params, "ppo")
+    except ConfigError as exc:
+        fail(str(exc))
+    for name, path in (("sft", sft), ("ppo", ppo), ("light-rm", light_rm),
+                       ("strong-rm", strong_rm), ("prompts", prompts)):
+        if not path.exists():
+            fail(f"--{name} {path} does not exist")
+    from rlhf.pipeline.eval import run
+
+    try:
+        result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
+                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
+    except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
+        fail(f"{type(exc).__name__}: {exc}")
+    if metrics is not None:
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text(json.dumps({"eval": result}, indent=1) + "\n")
+    s, f = result["sft"], result["final"]
+    typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
+               f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "
+               f"{f['win_rate']}, sqrt KL {f['sqrt_kl']}); report: {out / 'report.md'}")

@@ -1,0 +1,373 @@
+"""Held-out evaluation of the SFT policy and every PPO checkpoint: the gold judge against the
+proxy reward models, and the over-optimisation picture (Gao et al. 2022, "Scaling laws for reward
+model overoptimization": gold and proxy reward against sqrt(KL) to the reference policy).
+
+    rlhf eval --sft artifacts/models/sft --ppo artifacts/ppo \
+        --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
+        --prompts artifacts/store --out artifacts/eval --metrics artifacts/metrics/eval.json
+
+Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved),
+on the held-out prompts (every member of the eval-split clusters, pipeline/eval_prompts.py):
+gold-judge mean, light and strong RM means, win rate against SFT by the gold judge (ties count
+one half), KL(policy || SFT reference) per response, response length, repetition rate.
+
+Sampling, not greedy: the policies are trained and used as samplers (PPO's temperature/top_p,
+read from the `ppo` section), and the sequence KL is an expectation under the policy, so summing
+the exact per-token KL along the policy's own samples is an unbiased estimate of it; along greedy
+paths it is not, and greedy decoding also hides the repetition the KL penalty is there to stop.
+Every policy samples with the same seeds (batch b reseeds with (seed, b)), so the comparison with
+SFT is paired.
+
+Outputs under --out: curves.csv (one row per policy: the DVC plot), gold_proxy_vs_kl.png,
+metrics_sft_vs_ppo.png, samples.jsonl (every response with its scores), report.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+CURVE_COLUMNS = ("step", "sqrt_kl", "kl_mean", "gold_mean", "light_rm_mean", "strong_rm_mean",
+                 "win_rate", "response_tokens_mean", "repetition_rate")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The `eval` section of params.yaml."""
+
+    seed: int = 0                 # sampling seed, the same for every policy (paired comparison)
+    max_new_tokens: int = 48      # as ppo.max_new_tokens: the lengths PPO was trained on
+    max_prompt_tokens: int = 64   # as ppo.max_prompt_tokens
+    n_prompts: int = 256          # cap on held-out prompts (seeded subset); 0 = all of them
+    checkpoints: tuple[int, ...] = ()  # PPO steps to evaluate; () = every saved checkpoint
+    batch_size: int = 64
+    repetition_ngram: int = 4     # seq-rep-4 of Welleck et al. 2019 (neural text degeneration)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.repetition_ngram < 1:
+            raise ValueError("max_new_tokens, batch_size and repetition_ngram must be >= 1")
+        if self.n_prompts < 0:
+            raise ValueError("n_prompts must be >= 0 (0 = every held-out prompt)")
+
+
+# --------------------------------------------------------------------------- pure metrics
+def repetition_rate(text: str, n: int = 4) -> float:
+    """Share of the word n-grams of `text` that repeat an earlier n-gram of the same text
+    (1 - distinct / total; Welleck et al. 2019 seq-rep-n). 0 for a text shorter than n words."""
+    words = text.split()
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def win_rate(scores: list[float], baseline: list[float], tol: float = 1e-9) -> float:
+    """Paired win rate of `scores` over `baseline`: 1 per win, 1/2 per tie (|diff| <= tol)."""
+    if len(scores) != len(baseline):
+        raise ValueError(f"win_rate needs paired scores ({len(scores)} vs {len(baseline)})")
+    if not scores:
+        return float("nan")
+    total = sum(1.0 if s > b + tol else 0.5 if abs(s - b) <= tol else 0.0
+                for s, b in zip(scores, baseline))
+    return total / len(scores)
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+# --------------------------------------------------------------------------- inputs
+def load_eval_prompts(path: str | Path, cap: int = 0, seed: int = 0) -> list[tuple[str, str]]:
+    """(prompt_id, text) held-out prompts: a store root (pipeline/eval_prompts.held_out_prompts)
+    or a JSONL file of {"prompt_id", "text"}; a seeded subset of `cap` when cap > 0."""
+    path = Path(path)
+    if path.is_dir():
+        from rlhf.pipeline.eval_prompts import held_out_prompts
+
+        prompts = held_out_prompts(path)
+    else:
+        prompts = []
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            if line.strip():
+                row = json.loads(line)
+                prompts.append((str(row.get("prompt_id", f"line{i + 1}")), row["text"]))
+    if not prompts:
+        raise ValueError(f"no held-out prompts in {path}")
+    if 0 < cap < len(prompts):
+        prompts = sorted(random.Random(seed).sample(prompts, cap))
+    return prompts
+
+
+def checkpoint_steps(ppo_dir: str | Path, wanted: tuple[int, ...] = ()) -> list[tuple[int, Path]]:
+    """(step, folder) of the PPO checkpoints under ppo_dir/checkpoints, sorted by step."""
+    root = Path(ppo_dir) / "checkpoints"
+    found = {}
+    for p in root.glob("step-*") if root.is_dir() else ():
+        if (p / "policy.pt").is_file() or (p / "config.json").is_file():
+            found[int(p.name.split("-")[1])] = p
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise ValueError(f"eval.checkpoints asks for step(s) {missing} but {root} has "
+                         f"{sorted(found) or 'none'}")
+    steps = sorted(wanted) if wanted else sorted(found)
+    return [(s, found[s]) for s in steps]
+
+
+def load_checkpoint_policy(sft_path: str | Path, folder: Path):
+    """A PPO checkpoint as a model: a save_pretrained folder, or the trainer's policy.pt state
+    dict loaded into the SFT architecture."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if (folder / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(sft_path), dtype=torch.float32)
+    model.load_state_dict(torch.load(folder / "policy.pt", map_location="cpu"))
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- sampling + KL
+def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, temperature: float,
+                   top_p: float, progress=None) -> list[dict]:
+    """One sampled response per prompt, with its token count and the exact KL(policy || ref)
+    summed over its tokens (full tempered distributions, as the PPO trainer's penalty: core.full_kl).
+    """
+    import torch
+    from rlhf.pipeline.ppo import core
+    from rlhf.pipeline.ppo.scoring import text_format
+
+    format_prompt, _, response_of = text_format()
+    eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    tok.padding_side = "left"
+    out: list[dict] = []
+    for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
+        chunk = prompts[start:start + cfg.batch_size]
+        enc = tok([format_prompt(p) for p in chunk], return_tensors="pt", padding=True,
+                  truncation=True, max_length=cfg.max_prompt_tokens)
+        torch.manual_seed(cfg.seed * 1_000_003 + b)
+        with torch.no_grad():
+            seq = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p,
+                                 top_k=0, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
+                                 eos_token_id=eos,
+                                 suppress_tokens=[pad] if pad != eos else None)
+            P = enc["input_ids"].shape[1]
+            gen = seq[:, P:]                                           # [B, T]
+            rows = gen.tolist()
+            lengths = [r.index(eos) + 1 if eos in r else len(r) for r in rows]
+            T = gen.shape[1]
+            resp_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [B, T]
+            ids = torch.cat([enc["input_ids"], gen], 1)
+            mask = torch.cat([enc["attention_mask"], resp_mask.long()], 1)
+            kl = core.full_kl(_response_logits(model, ids, mask, P, T, temperature),
+                              _response_logits(ref, ids, mask, P, T, temperature))
+            kl = kl * resp_mask  # [B, T]
+        for i, r in enumerate(rows):
+            text = response_of(tok.decode(r[:lengths[i]], skip_special_tokens=True))
+            out.append({"response": text, "n_tokens": lengths[i],
+                        "kl": max(float(kl[i].sum()), 0.0)})
+        if progress is not None:
+            progress(len(chunk))
+    return out
+
+
+def _response_logits(model, ids, mask, P: int, T: int, temperature: float):
+    """[B, T, V] logits / temperature at the T response positions of left-padded prompt (P
+    tokens) + response sequences, as the PPO trainer computes them."""
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)  # left padding: positions as in generate
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    return logits[:, P - 1: P - 1 + T].float() / (temperature + 1e-7)
+
+
+def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) -> list[float]:
+    import torch
+
+    call = scorer.score if hasattr(scorer, "score") else scorer
+    out: list[float] = []
+    for s in range(0, len(prompts), batch_size):
+        rewards, _ = call(prompts[s:s + batch_size], responses[s:s + batch_size])
+        out += torch.as_tensor(rewards, dtype=torch.float32).flatten().tolist()
+    return out
+
+
+# --------------------------------------------------------------------------- the stage
+def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
+             strong_rm: str | Path, prompts: list[tuple[str, str]], temperature: float,
+             top_p: float, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """(curve rows, sample rows): every policy sampled on every prompt and scored."""
+    import torch
+    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.world.judge import gold_score
+
+    ref, tok = load_policy(sft_path)
+    ref.requires_grad_(False)
+    scorers = {"light_rm": load_scorer(light_rm), "strong_rm": load_scorer(strong_rm)}
+    policies = [(0, None)] + checkpoint_steps(ppo_dir, cfg.checkpoints)
+    ids, texts = [p[0] for p in prompts], [p[1] for p in prompts]
+    curves, samples, sft_gold = [], [], None
+    bar = _bar(progress, len(policies) * len(texts))
+    try:
+        for step, folder in policies:
+            model = ref if folder is None else load_checkpoint_policy(sft_path, folder)
+            advance = (lambda k: bar[0].advance(bar[1], k)) if bar else None
+            outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
+            responses = [o["response"] for o in outs]
+            gold = [gold_score(p, r) for p, r in zip(texts, responses)]
+            rm = {k: _score(s, texts, responses, cfg.batch_size) for k, s in scorers.items()}
+            rep = [repetition_rate(r, cfg.repetition_ngram) for r in responses]
+            sft_gold = gold if step == 0 else sft_gold
+            kl_mean = _mean(o["kl"] for o in outs)
+            curves.append({
+                "step": step, "sqrt_kl": math.sqrt(kl_mean), "kl_mean": kl_mean,
+                "gold_mean": _mean(gold), "light_rm_mean": _mean(rm["light_rm"]),
+                "strong_rm_mean": _mean(rm["strong_rm"]), "win_rate": win_rate(gold, sft_gold),
+                "response_tokens_mean": _mean(o["n_tokens"] for o in outs),
+                "repetition_rate": _mean(rep)})
+            samples += [{"step": step, "prompt_id": pid, "prompt": p, "response": o["response"],
+                         "n_tokens": o["n_tokens"], "kl": round(o["kl"], 6),
+                         "gold": round(g, 6), "light_rm": round(lr, 6),
+                         "strong_rm": round(sr, 6), "repetition": round(rr, 6)}
+                        for pid, p, o, g, lr, sr, rr in zip(ids, texts, outs, gold,
+                                                            rm["light_rm"], rm["strong_rm"], rep)]
+            if folder is not None:
+                del model
+            torch.manual_seed(cfg.seed)
+    finally:
+        if bar:
+            bar[0].stop()
+    return curves, samples
+
+
+def _bar(enabled: bool, total: int):
+    if not enabled:
+        return None
+    from rich.progress import Progress
+
+    prog = Progress(transient=True)
+    prog.start()
+    return prog, prog.add_task("eval: sampling policies", total=total)
+
+
+# --------------------------------------------------------------------------- outputs
+def write_curves(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (r[k] if k == "step" else f"{r[k]:.6g}") for k in CURVE_COLUMNS})
+
+
+def plot_overoptimisation(rows: list[dict], path: Path) -> None:
+    """Gold (left axis) and the two proxy RMs (right axis) against sqrt(KL), one point per
+    checkpoint, labelled with its step: the Gao et al. 2022 picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r["sqrt_kl"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(x, [r["gold_mean"] for r in rows], "o-", color="black", label="gold judge")
+    for r in rows:
+        ax.annotate(f"{r['step']}", (r["sqrt_kl"], r["gold_mean"]), textcoords="offset points",
+                    xytext=(3, 5), fontsize=7)
+    ax.set_xlabel("sqrt(KL(policy || SFT))  [sqrt(nats)]")
+    ax.set_ylabel("gold judge mean (0-5)")
+    ax2 = ax.twinx()
+    ax2.plot(x, [r["light_rm_mean"] for r in rows], "s--", color="tab:orange", label="light RM")
+    ax2.plot(x, [r["strong_rm_mean"] for r in rows], "^--", color="tab:blue", label="strong RM")
+    ax2.set_ylabel("proxy RM mean")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], loc="best", fontsize=8)
+    ax.set_title("Gold vs proxy reward over PPO checkpoints (labels: step)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def plot_bars(sft: dict, ppo: dict, path: Path) -> None:
+    """SFT vs the last PPO checkpoint, one small panel per metric (their scales differ)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("gold_mean", "light_rm_mean", "strong_rm_mean", "win_rate", "kl_mean",
+            "response_tokens_mean", "repetition_rate")
+    fig, axes = plt.subplots(1, len(keys), figsize=(2.1 * len(keys), 3.2))
+    for ax, k in zip(axes, keys):
+        ax.bar(["SFT", f"PPO {ppo['step']}"], [sft[k], ppo[k]], color=["grey", "tab:green"])
+        ax.set_title(k, fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path) -> None:
+    sft, last = rows[0], rows[-1]
+    peak = max(rows, key=lambda r: r["gold_mean"])
+    lines = [
+        "# Evaluation: SFT vs PPO checkpoints on held-out prompts", "",
+        (f"{n_prompts} held-out prompts (eval-split clusters), one sampled response per prompt "
+        f"and policy (temperature {sampling['temperature']}, top-p {sampling['top_p']}, "
+        f"max {sampling['max_new_tokens']} new tokens, seed {sampling['seed']}, the same seeds "
+        "for every policy). KL is the exact KL(policy || SFT) over the full vocabulary, summed "
+        "over each response's tokens, averaged over responses. Win rate: gold judge, paired "
+        "with SFT's response to the same prompt, ties count 1/2. Step 0 is the SFT policy."), "",
+        "| " + " | ".join(CURVE_COLUMNS) + " |",
+        "|" + "---|" * len(CURVE_COLUMNS),
+        *("| " + " | ".join(_fmt(r[k]) for k in CURVE_COLUMNS) + " |" for r in rows), "",
+        "## Reading", "",
+        (f"- Gold: SFT {sft['gold_mean']:.3f} -> last checkpoint (step {last['step']}) "
+        f"{last['gold_mean']:.3f} ({last['gold_mean'] - sft['gold_mean']:+.3f}); win rate "
+        f"against SFT {last['win_rate']:.3f}."),
+        (f"- Light RM (the PPO reward): {sft['light_rm_mean']:.3f} -> {last['light_rm_mean']:.3f};"
+        f" strong RM: {sft['strong_rm_mean']:.3f} -> {last['strong_rm_mean']:.3f}."),
+        f"- Gold peaks at step {peak['step']} (sqrt KL {peak['sqrt_kl']:.3f})"
+        + (" and falls after it while the proxy keeps its gain: over-optimisation (Gao et al. "
+           "2022)." if peak is not last and last["light_rm_mean"] >= peak["light_rm_mean"]
+           else "."),
+        (f"- Response length {sft['response_tokens_mean']:.1f} -> "
+        f"{last['response_tokens_mean']:.1f} tokens; repetition rate "
+        f"{sft['repetition_rate']:.3f} -> {last['repetition_rate']:.3f}."), "",
+        "## Figures", "",
+        "![gold and proxy reward against sqrt(KL)](gold_proxy_vs_kl.png)", "",
+        "![metrics, SFT vs the last PPO checkpoint](metrics_sft_vs_ppo.png)", "",
+        ("Data: `curves.csv` (one row per policy), `samples.jsonl` (every response and its "
+        "scores). `dvc plots show` renders the curves."), ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
+        strong_rm: str | Path, prompts_path: str | Path, out: str | Path,
+        temperature: float, top_p: float, progress: bool = True) -> dict:
+    """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics)."""
+    from rlhf.pipeline.policy import quiet_hf
+
+    quiet_hf()  # one torch thread (see policy.set_threads), no library progress bars
+    out = Path(out)
+    prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
+    curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,
+                               temperature, top_p, progress)
+    out.mkdir(parents=True, exist_ok=True)
+    sampling = {"temperature": temperature, "top_p": top_p,
+                "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed}
+    write_curves(curves, out / "curves.csv")
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
+    plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png")
+    plot_bars(curves[0], curves[-1], out / "metrics_sft_vs_ppo.png")
+    write_report(curves, len(prompts), sampling, out / "report.md")
+    rnd = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[-1].items()}
+    return {"n_prompts": len(prompts), "n_policies": len(curves),
+            "sft": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[0].items()},
+            "final": rnd, "gold_gain": round(curves[-1]["gold_mean"] - curves[0]["gold_mean"], 4),
+            "sampling": sampling}
