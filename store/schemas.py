@@ -181,6 +181,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("score", pa.float32(), nullable=False),  # composite difficulty 0-10
         pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
         doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
+    ),
     # Tables the query layer and its audits read (issue 7), written by PPO.
     # Every reward-model score given during PPO: the RM's confidence gates the sample and feeds
     # the fine-tune queue (seed 000 §3.4, confidence < 0.6); escalation is Level-2 (seed 001 §4.1).
