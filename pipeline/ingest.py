@@ -29,7 +29,6 @@ import gzip
 import json
 import math
 import re
-import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.store.hashing import content_hash
-from rlhf.store.io import ShardWriter, staging_dir, swap_in
+from rlhf.store.io import ShardWriter, staged_tables
 from rlhf.store.schemas import REASON_CODES, SOURCE_TYPES
 
 TABLES_WRITTEN = ("prompts", "rejected", "external_pairs")
@@ -672,11 +671,9 @@ def run_ingest(sources: list[str | Path], out_store: str | Path, cfg: IngestConf
     count_tokens = TokenCounter(tokenizer)
     filt = ContentFilter(cfg, count_tokens)
     result = IngestResult(skipped_files=skipped, tokenizer=count_tokens.name)
-    out_store.mkdir(parents=True, exist_ok=True)
-    staging = {t: staging_dir(out_store / t) for t in TABLES_WRITTEN}
-    writers = {t: ShardWriter(t, staging[t], rows_per_shard=cfg.rows_per_shard)
-               for t in TABLES_WRITTEN}
-    try:
+    with staged_tables(out_store, TABLES_WRITTEN) as staging:
+        writers = {t: ShardWriter(t, staging[t], rows_per_shard=cfg.rows_per_shard)
+                   for t in TABLES_WRITTEN}
         batch: list[Record] = []
         for rec in iter_records(srcs, cfg):
             batch.append(rec)
@@ -690,12 +687,6 @@ def run_ingest(sources: list[str | Path], out_store: str | Path, cfg: IngestConf
             on_progress(len(batch))
         for w in writers.values():
             w.close()
-    except BaseException:
-        for path in staging.values():
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-    for table, path in staging.items():
-        swap_in(path, out_store / table)
     if result.input_rows != result.kept + result.rejected:  # cannot happen; checked all the same
         raise AssertionError(f"ingest lost rows: {result.input_rows} != {result.kept} + "
                              f"{result.rejected}")

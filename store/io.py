@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,26 @@ def swap_in(staging: str | Path, final: str | Path) -> None:
     else:
         final.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(final)
+
+
+@contextmanager
+def staged_tables(store: str | Path, tables: Iterable[str]) -> Iterator[dict[str, Path]]:
+    """Write whole tables into staging folders, then swap them all in; on failure remove them.
+
+    Yields {table: staging folder}. Stages that replace their tables (ingest, dedup) use it so a
+    failed run leaves the previous tables whole and a rerun never appends to stale shards.
+    """
+    store = Path(store)
+    store.mkdir(parents=True, exist_ok=True)
+    staging = {t: staging_dir(store / t) for t in tables}
+    try:
+        yield staging
+    except BaseException:
+        for path in staging.values():
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    for table, path in staging.items():
+        swap_in(path, store / table)
 
 
 def shard_paths(directory: str | Path) -> list[Path]:

@@ -22,7 +22,7 @@ def _example_lines(readme: str) -> list[str]:
 def test_readme_query_examples_run_as_shown(repo, tmp_path):
     lines = _example_lines((repo / "README.md").read_text(encoding="utf-8"))
     assert lines[0].startswith("python tests/synthetic_store.py /tmp/demo-store")
-    store = synthetic_store.build(tmp_path / "demo-store")
+    synthetic_store.build(tmp_path / "demo-store")
     commands = [shlex.split(line, comments=True) for line in lines[1:]]
     assert len(commands) >= 10 and all(c[0] == "rlhf" for c in commands)
     runner = CliRunner()
