@@ -143,6 +143,15 @@ def preferences(
     ])
 
 
+def _pool_or_demos(pool: Path | None, demos: Path | None) -> Path | None:
+    """The pool folder to read, or None to fall back on --demos (an error if neither is usable)."""
+    if pool is not None and not pool.is_dir():
+        if demos is None:
+            fail(f"--pool {pool} is not a folder")
+        return None
+    return pool
+
+
 def reward(
     preferences_dir: Path = typer.Option(..., "--preferences", help="`preferences` table folder."),
     sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (backbone, rollouts)."),
@@ -159,10 +168,7 @@ def reward(
     cfg = _config(params, "reward")
     _need_dir(preferences_dir, "--preferences")
     _need_dir(sft_dir, "--sft")
-    if pool is not None and not pool.is_dir():
-        if demos is None:
-            fail(f"--pool {pool} is not a folder")
-        pool = None
+    pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
@@ -233,10 +239,7 @@ def difficulty(
     cfg = _config(params, "difficulty")
     _need_dir(policy, "--policy")
     _need_dir(reward_model, "--reward-model")
-    if pool is not None and not pool.is_dir():
-        if demos is None:
-            fail(f"--pool {pool} is not a folder")
-        pool = None
+    pool = _pool_or_demos(pool, demos)
     if pool is None and demos is None:
         fail("give --pool or --demos")
     t0 = time.perf_counter()

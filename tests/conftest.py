@@ -26,3 +26,14 @@ def realdata() -> Path:
     if not REALDATA.is_dir():
         pytest.skip(f"real data folder {REALDATA} is absent")
     return REALDATA
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (tiny models run faster and reproducibly so on 2 cores)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

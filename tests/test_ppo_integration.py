@@ -20,12 +20,7 @@ from rlhf.store.io import write_shard
 from rlhf.store.schemas import schema_for
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _row(table: str, **given) -> dict:

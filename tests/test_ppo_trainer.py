@@ -21,12 +21,7 @@ SIX = ("rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean", "clip
        "critic_loss", "entropy_mean")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_trainer(tmp_path, scorer=None, checkpoint_table=None, **overrides):
