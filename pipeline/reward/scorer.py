@@ -40,10 +40,22 @@ AGGREGATIONS = ("mean", "min")
 
 def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str],
                  max_length: int) -> list[list[int]]:
-    """Token ids of `format_sample(p, r) + eos`, left-truncated to `max_length`."""
-    texts = [format_sample(p, r) + tokenizer.eos_token for p, r in zip(prompts, responses)]
+    """Token ids of `format_sample(p, r) + eos`, left-truncated to `max_length`.
+
+    Any tokenizer: a causal LM's gets its EOS appended (the score is read at the last token); an
+    encoder's (MiniLM/BERT: no EOS) adds its own [CLS] ... [SEP]. Truncation keeps the leading
+    special token (BOS / [CLS], where an encoder's pooler reads) and the end of the response."""
+    eos = tokenizer.eos_token or ""
+    texts = [format_sample(p, r) + eos for p, r in zip(prompts, responses)]
     ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    return [x[-max_length:] if len(x) > max_length else x for x in ids]
+    special = set(tokenizer.all_special_ids)
+    out = []
+    for x in ids:
+        if len(x) > max_length:
+            head = x[:1] if x[0] in special else []
+            x = head + x[len(x) - (max_length - len(head)):]
+        out.append(x)
+    return out
 
 
 def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) -> dict[str, list]:
@@ -99,6 +111,9 @@ class Scorer:
         self.batch_size = batch_size
         self.gate = gate
         self.meta = meta or {}
+        # {(prompt, response): raw member scores [members]} when set to a dict: a stage that scores
+        # the same texts several times (reports, calibration) runs each model once per text
+        self.memo: dict[tuple[str, str], Any] | None = None
 
     @property
     def n_params(self) -> int:
@@ -112,9 +127,22 @@ class Scorer:
             raise ValueError("prompts and responses must have the same length")
         if not prompts:
             return torch.zeros((len(self.models), 0))
+        refs = torch.tensor(self.references, dtype=torch.float32)[:, None]
+        if self.memo is None:
+            return self._raw(prompts, responses) - refs
+        keys = list(zip(prompts, responses))
+        todo = sorted(set(keys) - self.memo.keys())
+        if todo:
+            raw = self._raw([k[0] for k in todo], [k[1] for k in todo])
+            self.memo.update(zip(todo, raw.T))
+        return torch.stack([self.memo[k] for k in keys], dim=1) - refs
+
+    def _raw(self, prompts: Sequence[str], responses: Sequence[str]):
+        import torch
+
         ids = encode_texts(self.tokenizer, prompts, responses, self.max_length)
-        return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size) - ref
-                            for m, ref in zip(self.models, self.references)])
+        return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size)
+                            for m in self.models])
 
     def aggregate(self, member_rewards, aggregation: str | None = None):
         """(rewards [B], confidence [B]) from member rewards [members, B]."""

@@ -53,6 +53,8 @@ class RewardConfig:
     eval_prompts: int = 100  # unseen (eval-split) prompts for the RM-vs-gold Spearman
     eval_k: int = 2
     eval_demo_candidates: int = 0  # + demonstrations of the topic per eval prompt (needs --demos)
+    distill_demo_candidates: int = 0  # + demonstrations per rollout prompt in the light RM's
+    # distillation set: the strong RM's labels then span the quality range, not only the policy's
     temperature: float = 1.0  # sampling temperature of the rollouts
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
@@ -193,6 +195,40 @@ def _timed(fn, repeats: int = 2) -> tuple[Any, float]:
     return out, best
 
 
+def eval_prompts_of(cfg: RewardConfig, pool_dir, demos_path, exclude: set[str]
+                    ) -> tuple[list[str], list[str]]:
+    """(rollout prompts, eval prompts) capped by `rollout_prompts` / `eval_prompts`."""
+    rollout_prompts, eval_prompts = _other_prompts(pool_dir, demos_path, exclude)
+    return (_cap(rollout_prompts, cfg.rollout_prompts, "roll:"),
+            _cap(eval_prompts, cfg.eval_prompts, "eval:"))
+
+
+def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[str],
+                  demos_path) -> tuple[list[str], list[str], list[bool]]:
+    """(prompts, responses, is_policy_sample): `eval_k` fresh policy samples per unseen prompt,
+    plus `eval_demo_candidates` unseen demonstrations of its topic (the quality range the RM
+    must order; seed 001 §5.1 tests the RM on fresh, unseen prompts)."""
+    from rlhf.pipeline.policy import sample
+
+    fresh = sample(policy, tokenizer, list(eval_prompts), n=cfg.eval_k,
+                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                   seed=cfg.seed + 2, batch_size=cfg.batch_size)
+    prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
+    responses = [s.response for ss in fresh for s in ss]
+    is_policy = [True] * len(responses)
+    if cfg.eval_demo_candidates:
+        if demos_path is None:
+            raise ValueError("reward.eval_demo_candidates needs --demos")
+        from rlhf.pipeline.preferences import demo_candidates
+
+        extra = demo_candidates(eval_prompts, demos_path, cfg.eval_demo_candidates, cfg.seed + 7)
+        for p, e in zip(eval_prompts, extra):
+            prompts += [p] * len(e)
+            responses += e
+            is_policy += [False] * len(e)
+    return prompts, responses, is_policy
+
+
 # ---------------------------------------------------------------------------------------------
 # the stage
 
@@ -211,7 +247,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     )
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
-    from rlhf.pipeline.reward.train import init_rm, train_rm
+    from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
     from rlhf.store.io import read_table
 
     quiet_hf()
@@ -237,8 +273,10 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         train_pairs = train_pairs + extra
     else:
         extra = []
-    tok = load_tokenizer(sft_dir)
-    init = str(sft_dir) if cfg.backbone == "sft" else cfg.backbone
+    init = resolve_backbone(cfg.backbone, sft_dir)
+    tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
+    # the light RM: layers of the SFT policy (the policy's tokenizer) or of the strong RM (its own)
+    light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
     metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
                                "n_adversarial_pairs": len(extra), "backbone": cfg.backbone}
 
@@ -264,9 +302,11 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     ref_resps = [r["response"] for r in ann_rows if r["split"] == "train"]
     raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
                  cfg.batch_size, cfg.confidence_gate)
+    raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
     references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
     strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
                     cfg.batch_size, cfg.confidence_gate)
+    strong.memo = raw.memo  # the report scores the same texts several ways: once each
     from rlhf.pipeline.preferences import _fraction
 
     calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
@@ -297,17 +337,25 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     # 3. rollouts, distillation --------------------------------------------------------------
     policy, ptok = load_policy(sft_dir)
     exclude = {r["prompt_id"] for r in ann_rows}
-    rollout_prompts, eval_prompts = _other_prompts(pool_dir, demos_path, exclude)
-    rollout_prompts = _cap(rollout_prompts, cfg.rollout_prompts, "roll:")
-    eval_prompts = _cap(eval_prompts, cfg.eval_prompts, "eval:")
+    rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
     log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
     roll = sample(policy, ptok, rollout_prompts, n=cfg.rollout_k, max_new_tokens=cfg.max_new_tokens,
                   temperature=cfg.temperature, seed=cfg.seed + 1, batch_size=cfg.batch_size)
     d_prompts, d_resps, groups = [], [], []
-    for p, ss in zip(rollout_prompts, roll):
-        groups.append(list(range(len(d_prompts), len(d_prompts) + len(ss))))
-        d_prompts += [p] * len(ss)
-        d_resps += [s.response for s in ss]
+    if cfg.distill_demo_candidates:
+        if demos_path is None:
+            raise ValueError("reward.distill_demo_candidates needs --demos")
+        from rlhf.pipeline.preferences import demo_candidates
+
+        demos = demo_candidates(rollout_prompts, demos_path, cfg.distill_demo_candidates,
+                                cfg.seed + 11)
+    else:
+        demos = [[] for _ in rollout_prompts]
+    for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
+        resps = [s.response for s in ss] + extra_resps
+        groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
+        d_prompts += [p] * len(resps)
+        d_resps += resps
     # the preference responses are SFT rollouts too: one group per training ranking
     by_rank: dict[str, list[dict]] = defaultdict(list)
     for r in ann_rows:
@@ -319,23 +367,24 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         d_prompts += [r["prompt"] for r in rs]
         d_resps += [r["response"] for r in rs]
     targets, _ = strong(d_prompts, d_resps)
-    ids = encode_texts(tok, d_prompts, d_resps, cfg.train.max_length)
+    ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
     log(f"distilling the light RM on {len(ids)} strong-RM labels")
     t0 = time.perf_counter()
-    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed), tok, ids, targets,
-                                groups, cfg.light, seed=cfg.seed)
+    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed,
+                                            str(out_strong / names[0])),
+                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
     metrics["light_train_seconds"] = round(time.perf_counter() - t0, 1)
-    light_raw = Scorer([light_model], tok, [0.0], 1.0, "mean", cfg.train.max_length,
+    light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
                        cfg.batch_size, cfg.confidence_gate)
     light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
-    light = Scorer([light_model], tok, [light_ref], 1.0, "mean", cfg.train.max_length,
+    light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
                    cfg.batch_size, cfg.confidence_gate)
     light.temperature = fit_temperature(_pair_margins(light, calib or held_pairs))
     out_light = Path(out_light)
     if out_light.exists():
         shutil.rmtree(out_light)
     light_model.save_pretrained(out_light)
-    tok.save_pretrained(out_light)
+    light_tok.save_pretrained(out_light)
     save_scorer(out_light, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
                 {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
     light_margins = _pair_margins(light, held_pairs)
@@ -349,24 +398,12 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
 
     # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
     log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
-    fresh = sample(policy, ptok, eval_prompts, n=cfg.eval_k, max_new_tokens=cfg.max_new_tokens,
-                   temperature=cfg.temperature, seed=cfg.seed + 2, batch_size=cfg.batch_size)
-    f_prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
-    f_resps = [s.response for ss in fresh for s in ss]
-    f_policy = [True] * len(f_resps)
-    if cfg.eval_demo_candidates:
-        if demos_path is None:
-            raise ValueError("reward.eval_demo_candidates needs --demos")
-        from rlhf.pipeline.preferences import demo_candidates
-
-        extra = demo_candidates(eval_prompts, demos_path, cfg.eval_demo_candidates, cfg.seed + 7)
-        for p, e in zip(eval_prompts, extra):
-            f_prompts += [p] * len(e)
-            f_resps += e
-            f_policy += [False] * len(e)
+    f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
     gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
-    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps))
+    memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
+    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
     (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
+    strong.memo.update(memo)
     s_rew, s_conf = s_out
     l_rew, _ = l_out
     s_min, _ = strong(f_prompts, f_resps, aggregation="min")

