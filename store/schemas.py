@@ -192,20 +192,21 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
         doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
     ),
-    # Tables the query layer and its audits read (issue 7), written by PPO.
-    # Every reward-model score given during PPO: the RM's confidence gates the sample and feeds
-    # the fine-tune queue (seed 000 §3.4, confidence < 0.6); escalation is Level-2 (seed 001 §4.1).
+    # Tables the query layer and its audits read (issue 7), written by PPO (`rlhf ppo --rm-scores`).
+    # Every reward-model score PPO uses: the light RM's for each scored rollout, and the strong
+    # RM's too for a rollout escalated to Level 2 (seed 001 §4.1); a confidence below the RM's
+    # gate queues the sample for RM fine-tuning (seed 000 §3.4, 0.6).
     "rm_scores": _schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("response_hash", pa.string(), nullable=False),
         pa.field("rm_name", pa.string(), nullable=False),  # strong_rm / light_rm / ensemble member
-        pa.field("rm_version", pa.string(), nullable=False),  # checkpoint id of the RM
+        pa.field("rm_version", pa.string(), nullable=False),  # hashing.tree_hash of the RM folder
         pa.field("score", pa.float32(), nullable=False),
-        pa.field("confidence", pa.float32(), nullable=False),  # 0-1, from the logits' entropy
-        pa.field("escalated", pa.bool_(), nullable=False),  # sent to Level-2 (strong RM / human)
-        pa.field("queued", pa.bool_(), nullable=False),  # added to the RM fine-tune queue
+        pa.field("confidence", pa.float32(), nullable=False),  # 1 - H2(calibrated BT probability)
+        pa.field("escalated", pa.bool_(), nullable=False),  # the rollout went to Level 2 (both rows)
+        pa.field("queued", pa.bool_(), nullable=False),  # confidence < the RM's gate: fine-tune queue
         pa.field("scored_at", _TS, nullable=False),
         doc="Reward-model scores with confidence, escalations and fine-tune queueing.",
     ),
@@ -221,7 +222,8 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("created_at", _TS, nullable=False),
         doc="Policy checkpoints and their parents (the lineage audit walks them).",
     ),
-    # Training metrics, one row per logged step (seed 000 §4.4: the six metrics, every 10 steps).
+    # Training metrics, one row per CSV line (seed 000 §4.4: the six metrics, every `csv_every` =
+    # 10 steps), written by `rlhf ppo --train-metrics`; null where a step had no update.
     "train_metrics": _schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),
