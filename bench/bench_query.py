@@ -1,8 +1,8 @@
 """Times the named audits over a synthetic 10M-row rollout history; reports bytes per rollout row.
 
 Generates a store with realistic cardinalities (vectorised numpy -> pyarrow, written through the
-same RolloutWriter the PPO trainer uses): 50k pool prompts from three source types in 50 topic
-clusters, four PPO runs of 1,000 rollouts a step (10,000 steps in all; two runs forked from
+same RolloutWriter the PPO trainer uses, which also derives each row's prompt_key): 50k pool
+prompts from three source types in 50 topic clusters, four PPO runs of 1,000 rollouts a step (10,000 steps in all; two runs forked from
 another's checkpoint), one RM score per scored rollout, checkpoints every 100 steps, 200k
 annotator labels. Then runs every audit through the locked connection and the statement gate
 (`rlhf audit`'s own path), and reports the first and the best of `--repeat` wall-clock timings,
@@ -260,6 +260,8 @@ def main() -> None:
                              if t in ("rollouts", "rm_scores"))
         print(f"{name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f} "
               f"{cpus[times.index(min(times))]:>6.2f}  {scan_txt}", flush=True)
+    # timings on a shared machine mean little without the load they ran under
+    print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":
