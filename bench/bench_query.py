@@ -2,13 +2,13 @@
 
 Generates a store with realistic cardinalities (vectorised numpy -> pyarrow, written through the
 same RolloutWriter the PPO trainer uses, which also derives each row's prompt_key): 50k pool
-prompts from three source types in 50 topic clusters, four PPO runs of 1,000 rollouts a step (10,000 steps in all; two runs forked from
-another's checkpoint), one RM score per scored rollout, checkpoints every 100 steps, 200k
-annotator labels. Then runs every audit through the locked connection and the statement gate
-(`rlhf audit`'s own path), and reports the first and the best of `--repeat` wall-clock timings,
-the process CPU seconds of the best run (all DuckDB threads; on a shared machine, CPU seconds /
-threads estimates the wall time on idle cores), the files and row groups DuckDB scanned, and the
-store's size.
+prompts from three source types in 50 topic clusters, four PPO runs of 1,000 rollouts a step
+(10,000 steps in all; two runs forked from another's checkpoint), one RM score per scored
+rollout, checkpoints every 100 steps, 200k annotator labels. Then runs every audit through the
+locked connection and the statement gate (`rlhf audit`'s own path), and reports the first and
+the best of `--repeat` wall-clock timings, the process CPU seconds of the best run (all DuckDB
+threads; on a shared machine, CPU seconds / threads estimates the wall time on idle cores), the
+files and row groups DuckDB scanned, the store's size and the load average.
 
     .venv/bin/python bench/bench_query.py                    # 10M rows under artifacts/bench/store
     .venv/bin/python bench/bench_query.py --rows 1000000     # smaller
