@@ -1,14 +1,14 @@
 """Times the named audits over a synthetic 10M-row rollout history; reports bytes per rollout row.
 
 Generates a store with realistic cardinalities (vectorised numpy -> pyarrow, written through the
-same RolloutWriter the PPO trainer uses): 50k pool prompts from three source types in 50 topic
-clusters, four PPO runs of 1,000 rollouts a step (10,000 steps in all; two runs forked from
-another's checkpoint), one RM score per scored rollout, checkpoints every 100 steps, 200k
-annotator labels. Then runs every audit through the locked connection and the statement gate
-(`rlhf audit`'s own path), and reports the first and the best of `--repeat` wall-clock timings,
-the process CPU seconds of the best run (all DuckDB threads; on a shared machine, CPU seconds /
-threads estimates the wall time on idle cores), the files and row groups DuckDB scanned, and the
-store's size.
+same RolloutWriter the PPO trainer uses, which also derives each row's prompt_key): 50k pool
+prompts from three source types in 50 topic clusters, four PPO runs of 1,000 rollouts a step
+(10,000 steps in all; two runs forked from another's checkpoint), one RM score per scored
+rollout, checkpoints every 100 steps, 200k annotator labels. Then runs every audit through the
+locked connection and the statement gate (`rlhf audit`'s own path), and reports the first and
+the best of `--repeat` wall-clock timings, the process CPU seconds of the best run (all DuckDB
+threads; on a shared machine, CPU seconds / threads estimates the wall time on idle cores), the
+files and row groups DuckDB scanned, the store's size and the load average.
 
     .venv/bin/python bench/bench_query.py                    # 10M rows under artifacts/bench/store
     .venv/bin/python bench/bench_query.py --rows 1000000     # smaller
@@ -74,7 +74,8 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
     ids = pa.array(prompt_ids)
     pool = pa.table({
         "prompt_id": ids, "text": pa.array([f"prompt {i}" for i in range(N_PROMPTS)]),
-        "source_type": pa.array(sources), "dedup_cluster": pa.array(np.arange(N_PROMPTS)),
+        "source_type": pa.array(sources), "source_file": pa.array(["sources/x.jsonl"] * N_PROMPTS),
+        "source_line": pa.array(np.arange(1, N_PROMPTS + 1)), "dedup_cluster": pa.array(np.arange(N_PROMPTS)),
         "cluster_size": pa.array(rng.integers(1, 4, N_PROMPTS, dtype=np.int32)),
         "topic_cluster": pa.array(topics), "n_tokens": pa.array(rng.integers(5, 60, N_PROMPTS, dtype=np.int32)),
         "split": pa.array(np.where(rng.random(N_PROMPTS) < 0.8, "ppo", "eval"))})
@@ -99,11 +100,12 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
         root / "rejected" / "part-00000.parquet")
     difficulty = rng.uniform(0, 10, N_PROMPTS).astype(np.float32)
     write_shard("difficulty", pa.table({
-        "prompt_id": ids, "difficulty": pa.array(difficulty),
-        "bucket": pa.array(np.where(difficulty < 4, "low", np.where(difficulty < 7, "mid", "high"))),
-        "response_tokens": pa.array(rng.uniform(10, 200, N_PROMPTS).astype(np.float32)),
+        "prompt_id": ids, "text": pool["text"], "split": pool["split"], "topic_cluster": pa.array(topics),
+        "length": pa.array(rng.integers(10, 200, N_PROMPTS, dtype=np.int32)),
         "logprob_std": pa.array(rng.uniform(0, 2, N_PROMPTS).astype(np.float32)),
-        "rm_score": pa.array(rng.uniform(0, 5, N_PROMPTS).astype(np.float32))}),
+        "rm_score": pa.array(rng.uniform(0, 5, N_PROMPTS).astype(np.float32)),
+        "score": pa.array(difficulty),
+        "bucket": pa.array(np.where(difficulty < 4, "low", np.where(difficulty < 7, "mid", "high")))}),
         root / "difficulty" / "part-00000.parquet")
     prompt_hashes = pa.array([sha(i, "fmt") for i in range(N_PROMPTS)])
     checkpoints = []
@@ -167,13 +169,17 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
     minutes = np.sort(rng.integers(0, 60 * 24 * 30, n_lab))
     print(f"  rollouts and rm_scores written ({len(checkpoints)} checkpoints)", flush=True)
     write_shard("preferences", pa.table({
+        "ranking_id": pa.array([f"k{i // 4}" for i in range(n_lab)]),
         "prompt_id": ids.take(pa.array(rng.integers(0, N_PROMPTS, n_lab))),
+        "prompt": pa.array(["p"] * n_lab),
         "response_hash": hex_strings(rng, n_lab), "response": pa.array(["r"] * n_lab),
         "annotator_id": pa.array([f"ann{a:02d}" for a in annot]),
         "labeled_at": pa.array((np.datetime64(labeled.replace(tzinfo=None), "us")
                                 + minutes.astype("timedelta64[m]")).astype("datetime64[us]"), ts),
         "score": pa.array(np.clip(rng.normal(3.8 + minutes / (60 * 24 * 30) * 0.4, 0.7), 0, 5).astype(np.float32)),
-        "rank": pa.array(rng.integers(0, 4, n_lab, dtype=np.int32))}),
+        "rank": pa.array(rng.integers(0, 4, n_lab, dtype=np.int32)),
+        "source": pa.array(["annotator"] * n_lab), "response_source": pa.array(["policy"] * n_lab),
+        "split": pa.array(["train"] * n_lab), "gold_score": pa.nulls(n_lab, pa.float32())}),
         root / "preferences" / "part-00000.parquet")
     print()
 
@@ -254,6 +260,8 @@ def main() -> None:
                              if t in ("rollouts", "rm_scores"))
         print(f"{name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f} "
               f"{cpus[times.index(min(times))]:>6.2f}  {scan_txt}", flush=True)
+    # timings on a shared machine mean little without the load they ran under
+    print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`rlhf ppo`: train the policy with PPO against a reward model (pipeline/ppo/trainer.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
+        --strong-reward artifacts/models/rm_strong \
         --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts \
+        --rm-scores artifacts/store/rm_scores --train-metrics artifacts/store/train_metrics \
         --checkpoint-table artifacts/store/checkpoints --difficulty artifacts/store/difficulty \
         --heldout-store artifacts/store
 """
@@ -19,9 +21,16 @@ from rlhf.cli.common import fail
 def ppo(
     policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
     reward: Path = typer.Option(..., help="Reward model (AutoModelForSequenceClassification)."),
+    strong_reward: Path | None = typer.Option(
+        None, help="Strong RM folder: re-scores rollouts whose light-RM confidence is below "
+                   "ppo.escalate_below (Level 2, seed 001 §4.1)."),
     prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
     rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
+    rm_scores: Path | None = typer.Option(
+        None, help="The `rm_scores` table folder: every RM score PPO uses (rlhf audit rm)."),
+    train_metrics: Path | None = typer.Option(
+        None, help="The `train_metrics` table folder: the six metrics of every CSV line."),
     checkpoint_table: Path | None = typer.Option(
         None, help="The `checkpoints` table folder: one row per saved checkpoint (lineage audit)."),
     difficulty: Path | None = typer.Option(
@@ -40,8 +49,9 @@ def ppo(
         cfg = load_section(params, "ppo")
     except ConfigError as exc:
         fail(str(exc))
-    for name, path in (("policy", policy), ("reward", reward), ("prompts", prompts),
-                       ("difficulty", difficulty), ("heldout-store", heldout_store)):
+    for name, path in (("policy", policy), ("reward", reward), ("strong-reward", strong_reward),
+                       ("prompts", prompts), ("difficulty", difficulty),
+                       ("heldout-store", heldout_store)):
         if path is not None and not path.exists():
             fail(f"--{name} {path} does not exist")
     if resume and not (out / "checkpoints" / "latest").exists():
@@ -50,17 +60,19 @@ def ppo(
 
     try:
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
-                   checkpoint_table=checkpoint_table, difficulty=difficulty)
+                   checkpoint_table=checkpoint_table, difficulty=difficulty,
+                   strong_reward=strong_reward, rm_scores=rm_scores, train_metrics=train_metrics)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:
             return
-        from rlhf.pipeline.ppo.evaluate import compare, rollouts_used
+        from rlhf.pipeline.ppo.evaluate import compare, escalated_rollouts, rollouts_used
 
         keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
                 "clip_ratio", "critic_loss", "entropy_mean")
         report = {"ppo": {k: last.get(k) for k in keys},
-                  "rollouts": rollouts_used(rollouts, run_id or out.name)}
+                  "rollouts": rollouts_used(rollouts, run_id or out.name),
+                  "escalated_rollouts": escalated_rollouts(rollouts, run_id or out.name)}
         if heldout_store is not None and cfg.eval_max_new_tokens > 0:
             report["heldout"] = compare(policy, out / "policy", heldout_store,
                                         cfg.eval_max_new_tokens, cfg.eval_temperature,

@@ -1,12 +1,23 @@
-"""Stable content hashes for texts: sha256 over NFC-normalised UTF-8 (ARCHITECTURE: "The store").
+"""Stable hashes for the store: content hashes of texts, integer prompt keys, folder versions.
 
-    python -c "from rlhf.store.hashing import content_hash; print(content_hash('hello'))"
+- `content_hash(text)`: sha256 over NFC-normalised UTF-8 (ARCHITECTURE: "The store"); what
+  prompt ids and response hashes are.
+- `prompt_key(prompt_id)`: a signed 64-bit integer derived from a prompt id, stored next to it
+  in the big tables (`rollouts`, and the `pool` / `difficulty` tables they are joined with), so
+  the audits group and join 8-byte integers instead of 64-character strings (bench/bench_query.py).
+- `tree_hash(folder)`: a stable id of a model folder's contents (the RM version in `rm_scores`).
+
+    python -c "from rlhf.store.hashing import content_hash, prompt_key; print(prompt_key(content_hash('hello')))"
 """
 
 from __future__ import annotations
 
 import hashlib
 import unicodedata
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def content_hash(text: str) -> str:
@@ -18,3 +29,68 @@ def content_hash(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"content_hash expects str, got {type(text).__name__}")
     return hashlib.sha256(unicodedata.normalize("NFC", text).encode("utf-8")).hexdigest()
+
+
+# `prompt_key` in DuckDB SQL (the first 16 hex digits of sha256 as UBIGINT, then two's complement)
+PROMPT_KEY_SQL = ("((('0x' || sha256({id})[1:16])::UBIGINT)::HUGEINT"
+                  " - ((('0x' || sha256({id})[1:16])::UBIGINT) >> 63)::HUGEINT"
+                  " * 18446744073709551616)::BIGINT")
+
+
+def prompt_key(prompt_id: str) -> int:
+    """The first 8 bytes of sha256(UTF-8 prompt_id), read as a big-endian signed int64.
+
+    Hashed rather than parsed from the id: most prompt ids are content hashes, but a JSONL
+    prompt file may carry its own ids ("p01"), and one rule must serve every id. The same in
+    DuckDB SQL: `PROMPT_KEY_SQL.format(id="prompt_id")`.
+
+    A 64-bit key can collide: two distinct ids share one with probability about n^2 / 2^65 for
+    n ids (7e-11 for 50k prompts, 3e-6 for 10M). The store refuses a write whose rows hold such
+    a pair (`keys_for`), and the audits refuse a pool or difficulty table that holds one
+    (store/audits/*.sql), so a collision stops a query instead of merging two prompts.
+    """
+    if not isinstance(prompt_id, str):
+        raise TypeError(f"prompt_key expects str, got {type(prompt_id).__name__}")
+    return int.from_bytes(hashlib.sha256(prompt_id.encode("utf-8")).digest()[:8], "big",
+                          signed=True)
+
+
+def keys_for(prompt_ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`prompt_key` of every id (int64, nulls stay null), hashing each distinct id once.
+
+    Raises ValueError when two distinct ids of the array share a key (see `prompt_key`).
+    """
+    if isinstance(prompt_ids, pa.ChunkedArray):
+        prompt_ids = prompt_ids.combine_chunks()
+    if pa.types.is_dictionary(prompt_ids.type):
+        prompt_ids = prompt_ids.cast(prompt_ids.type.value_type)
+    encoded = pc.dictionary_encode(prompt_ids)
+    distinct = encoded.dictionary.to_pylist()
+    keys = [prompt_key(p) for p in distinct]
+    if len(set(keys)) != len(keys):
+        first: dict[int, str] = {}
+        for p, k in zip(distinct, keys):
+            if k in first:
+                raise ValueError(f"prompt ids {first[k]!r} and {p!r} share prompt_key {k} "
+                                 "(a 64-bit hash collision): give one of them another id")
+            first[k] = p
+    return pa.array(keys, pa.int64()).take(encoded.indices)
+
+
+def tree_hash(folder: str | Path) -> str:
+    """A stable id of a folder's contents: sha256 over (relative path, bytes) of every visible
+    file, in path order; the first 16 hex digits. Two copies of a model folder get the same id,
+    any changed weight or config a different one."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"not a folder: {folder}")
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    for path in files:
+        rel = path.relative_to(folder).as_posix()
+        digest.update(f"{rel}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from rlhf.store.hashing import keys_for
 from rlhf.store.schemas import schema_for
 
 TMP_SUFFIX = ".tmp"
@@ -35,23 +37,50 @@ def _fsync_dir(directory: Path) -> None:
 def to_arrow(table: str, rows: pa.Table | Iterable[Mapping[str, Any]]) -> pa.Table:
     """Rows (dicts or an Arrow table) as an Arrow table of `table`'s schema, columns in order.
 
+    In a table with `prompt_id` and `prompt_key` columns, `prompt_key` is derived here from
+    `prompt_id` (store.hashing.prompt_key), so every writer stores the same key; a row that
+    brings its own must bring that value.
+
     Raises ValueError naming the table when a column is missing, extra, or of the wrong type.
     """
     schema = schema_for(table)
+    keyed = "prompt_key" in schema.names and "prompt_id" in schema.names
     try:
+        rows = rows if isinstance(rows, pa.Table) else list(rows)
+        names = rows.column_names if isinstance(rows, pa.Table) else {k for r in rows for k in r}
+        extra = set(names) - set(schema.names)
+        if extra:
+            raise ValueError(f"unexpected columns {sorted(extra)}")
+        data = rows
+        if not isinstance(rows, pa.Table):
+            fields = [f for f in schema if f.name in names or not (keyed and f.name == "prompt_key")]
+            data = pa.Table.from_pylist(rows, schema=pa.schema(fields))
+        if keyed:
+            data = _with_prompt_key(data)
+        data = data.select(schema.names)
         if isinstance(rows, pa.Table):
-            extra = set(rows.column_names) - set(schema.names)
-            if extra:
-                raise ValueError(f"unexpected columns {sorted(extra)}")
-            return rows.select(schema.names).cast(schema)
-        rows = list(rows)
-        for row in rows:
-            extra = set(row) - set(schema.names)
-            if extra:
-                raise ValueError(f"unexpected columns {sorted(extra)}")
-        return pa.Table.from_pylist(rows, schema=schema)
+            return data.cast(schema)  # also checks nullability
+        # dict rows are typed by the schema already (a missing nullable=False field stays null,
+        # as it always has for dict rows)
+        return pa.Table.from_arrays(data.columns, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, ValueError) as exc:
         raise ValueError(f"rows do not fit table {table!r}: {exc}") from exc
+
+
+def _with_prompt_key(data: pa.Table) -> pa.Table:
+    """`data` with its `prompt_key` column derived from `prompt_id` (checked if present)."""
+    if "prompt_id" not in data.column_names:
+        raise KeyError("prompt_id")  # reported as a missing column, like any other
+    ids = data["prompt_id"].cast(pa.string())
+    keys = keys_for(ids)
+    if "prompt_key" not in data.column_names:
+        return data.append_column("prompt_key", keys)
+    given = data["prompt_key"].cast(pa.int64()).combine_chunks()
+    if not given.equals(keys):
+        bad = pc.index(pc.equal(given, keys).fill_null(False), False).as_py()
+        raise ValueError(f"prompt_key of row {bad} is not store.hashing.prompt_key(prompt_id) "
+                         "(leave the column out and the store derives it)")
+    return data
 
 
 def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: str | Path,

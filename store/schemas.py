@@ -39,6 +39,13 @@ SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
 
 _TS = pa.timestamp("us", tz="UTC")
 
+# `prompt_key` (int64) is derived from `prompt_id` by `store.hashing.prompt_key`, never chosen by
+# a writer: `store.io.to_arrow` fills it in (and refuses a wrong one) for every table that has
+# both columns. It lives in the tables the audits group or join by prompt over millions of rows
+# (`rollouts`, and `pool` / `difficulty` that they join with): an 8-byte key instead of a
+# 64-character string made those audits 2-3x faster (README "Benchmark"; the key's collision
+# odds are in hashing.prompt_key).
+
 
 def _schema(*fields: pa.Field, doc: str) -> pa.Schema:
     return pa.schema(list(fields), metadata={"doc": doc})
@@ -105,6 +112,7 @@ TABLES: dict[str, pa.Schema] = {
     # The deduplicated prompt pool: one representative per semantic cluster.
     "pool": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),  # hashing.prompt_key(prompt_id)
         pa.field("text", pa.string(), nullable=False),
         pa.field("source_type", pa.string(), nullable=False),
         pa.field("source_file", pa.string(), nullable=False),  # as in `prompts`
@@ -135,6 +143,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),  # hashing.prompt_key(prompt_id)
         pa.field("prompt_hash", pa.string(), nullable=False),
         pa.field("response_hash", pa.string(), nullable=False),
         pa.field("reward", pa.float32()),  # final scalar reward fed to PPO (null: skipped)
@@ -172,6 +181,7 @@ TABLES: dict[str, pa.Schema] = {
     # Seed 000 §4.2 layer three: one row per pool prompt.
     "difficulty": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),  # hashing.prompt_key(prompt_id)
         pa.field("text", pa.string(), nullable=False),
         pa.field("split", pa.string(), nullable=False),  # the pool's split
         pa.field("topic_cluster", pa.int32(), nullable=False),
@@ -182,20 +192,21 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
         doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
     ),
-    # Tables the query layer and its audits read (issue 7), written by PPO.
-    # Every reward-model score given during PPO: the RM's confidence gates the sample and feeds
-    # the fine-tune queue (seed 000 §3.4, confidence < 0.6); escalation is Level-2 (seed 001 §4.1).
+    # Tables the query layer and its audits read (issue 7), written by PPO (`rlhf ppo --rm-scores`).
+    # Every reward-model score PPO uses: the light RM's for each scored rollout, and the strong
+    # RM's too for a rollout escalated to Level 2 (seed 001 §4.1); a confidence below the RM's
+    # gate queues the sample for RM fine-tuning (seed 000 §3.4, 0.6).
     "rm_scores": _schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("response_hash", pa.string(), nullable=False),
         pa.field("rm_name", pa.string(), nullable=False),  # strong_rm / light_rm / ensemble member
-        pa.field("rm_version", pa.string(), nullable=False),  # checkpoint id of the RM
+        pa.field("rm_version", pa.string(), nullable=False),  # hashing.tree_hash of the RM folder
         pa.field("score", pa.float32(), nullable=False),
-        pa.field("confidence", pa.float32(), nullable=False),  # 0-1, from the logits' entropy
-        pa.field("escalated", pa.bool_(), nullable=False),  # sent to Level-2 (strong RM / human)
-        pa.field("queued", pa.bool_(), nullable=False),  # added to the RM fine-tune queue
+        pa.field("confidence", pa.float32(), nullable=False),  # 1 - H2(calibrated BT probability)
+        pa.field("escalated", pa.bool_(), nullable=False),  # the rollout went to Level 2 (both rows)
+        pa.field("queued", pa.bool_(), nullable=False),  # confidence < the RM's gate: fine-tune queue
         pa.field("scored_at", _TS, nullable=False),
         doc="Reward-model scores with confidence, escalations and fine-tune queueing.",
     ),
@@ -211,7 +222,8 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("created_at", _TS, nullable=False),
         doc="Policy checkpoints and their parents (the lineage audit walks them).",
     ),
-    # Training metrics, one row per logged step (seed 000 §4.4: the six metrics, every 10 steps).
+    # Training metrics, one row per CSV line (seed 000 §4.4: the six metrics, every `csv_every` =
+    # 10 steps), written by `rlhf ppo --train-metrics`; null where a step had no update.
     "train_metrics": _schema(
         pa.field("run_id", pa.string(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),

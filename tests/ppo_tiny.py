@@ -44,24 +44,53 @@ def policy(tok, seed: int = 0):
     return LlamaForCausalLM(llama_config(tok)).eval()
 
 
-def build_world(root: Path) -> dict[str, Path]:
-    """Policy, RM and prompts on disk (what `rlhf ppo` reads)."""
+def _rm(tok, seed: int, folder: Path):
     import torch
     from transformers import LlamaForSequenceClassification
 
+    torch.manual_seed(seed)
+    rm = LlamaForSequenceClassification(llama_config(tok, num_labels=1))
+    rm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return rm
+
+
+def build_world(root: Path, reward_stage: bool = False) -> dict[str, Path]:
+    """Policy, RM and prompts on disk (what `rlhf ppo` reads).
+
+    `reward_stage=True` makes both RM folders the reward stage's own (scorer.json: baseline
+    reference, temperature, so the confidence is real, 1 - H2(P)): "reward" a single RM (the
+    light one), "strong_reward" an ensemble of two. Their references and temperature are set from
+    the members' scores of a few texts, so about half the samples fall below the 0.6 gate."""
     tok = tokenizer()
     root.mkdir(parents=True, exist_ok=True)
     pol = policy(tok)
     pol.save_pretrained(root / "policy")
     tok.save_pretrained(root / "policy")
-    torch.manual_seed(1)
-    rm = LlamaForSequenceClassification(llama_config(tok, num_labels=1))
-    rm.save_pretrained(root / "rm")
-    tok.save_pretrained(root / "rm")
+    rm = _rm(tok, 1, root / "rm")
     with open(root / "prompts.jsonl", "w") as fh:
         for i, p in enumerate(PROMPTS):
             fh.write(json.dumps({"prompt_id": f"p{i:02d}", "text": p}) + "\n")
-    return {"policy": root / "policy", "reward": root / "rm", "prompts": root / "prompts.jsonl"}
+    world = {"policy": root / "policy", "reward": root / "rm", "prompts": root / "prompts.jsonl"}
+    if reward_stage:
+        members = [rm, _rm(tok, 2, root / "rm_strong" / "m0"), _rm(tok, 3, root / "rm_strong" / "m1")]
+        _save_scorer(tok, root / "rm", [rm], ["."])
+        _save_scorer(tok, root / "rm_strong", members[1:], ["m0", "m1"])
+        world["strong_reward"] = root / "rm_strong"
+    return world
+
+
+def _save_scorer(tok, folder: Path, models: list, members: list[str]) -> None:
+    import statistics
+
+    from rlhf.pipeline.reward.scorer import batch_scores, encode_texts, save_scorer
+
+    texts = [w for w in WORDS if w not in ("a", "an")][:16]
+    ids = encode_texts(tok, PROMPTS[:len(texts)], texts, 64)
+    scores = [batch_scores(m, tok, ids).tolist() for m in models]
+    refs = [statistics.median(s) for s in scores]
+    spread = statistics.pstdev([x - r for s, r in zip(scores, refs) for x in s]) or 1.0
+    save_scorer(folder, members, refs, temperature=spread / 3, aggregation="mean", max_length=64)
 
 
 class WordScorer:

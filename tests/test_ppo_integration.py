@@ -27,7 +27,8 @@ def _row(table: str, **given) -> dict:
     """A row of `table` with the given fields and neutral values for the others (so the fixture
     follows the schema wherever it lives)."""
     defaults = {pa.string(): "x", pa.int64(): 0, pa.int32(): 0, pa.float32(): 0.0}
-    return {f.name: given.get(f.name, defaults.get(f.type)) for f in schema_for(table)}
+    return {f.name: given.get(f.name, defaults.get(f.type)) for f in schema_for(table)
+            if f.name != "prompt_key"}  # the store derives it from prompt_id
 
 
 def _store(root, texts):

@@ -1,6 +1,6 @@
 """Exact resume: a real `rlhf ppo` run killed with SIGKILL mid-way, then `--resume`, must give
-the same metrics and rollout rows as an uninterrupted run (none duplicated, none missing); and
-two processes under torchrun (gloo) end with identical weights."""
+the same metrics and rollout, RM-score and train-metric rows as an uninterrupted run (none
+duplicated, none missing); and two processes under torchrun (gloo) end with identical weights."""
 
 from __future__ import annotations
 
@@ -39,11 +39,13 @@ def _cmd(world, params, out, rollouts, *extra):
             "--params", str(params), "--run-id", "run", *extra]
 
 
-def _rows(rollouts: Path) -> list[dict]:
-    rows = read_table("rollouts", rollouts).to_pylist()
+def _rows(folder: Path, table: str = "rollouts") -> list[dict]:
+    rows = read_table(table, folder).to_pylist()
     for r in rows:
-        r.pop("created_at")  # wall-clock time, the one field that may differ
-    return sorted(rows, key=lambda r: (r["step"], r["prompt_id"], r["response_hash"]))
+        for stamp in ("created_at", "scored_at", "logged_at"):
+            r.pop(stamp, None)  # wall-clock time, the one field that may differ
+    return sorted(rows, key=lambda r: (r["step"], r.get("prompt_id") or "",
+                                       r.get("response_hash") or "", r.get("rm_name") or ""))
 
 
 def _metrics(out: Path) -> list[dict]:
@@ -51,8 +53,16 @@ def _metrics(out: Path) -> list[dict]:
 
 
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
-    world = ppo_tiny.build_world(tmp_path / "world")
-    params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=6, checkpoint_every=2)
+    # reward-stage RMs and a strong one: some rollouts escalate, so rm_scores has both kinds
+    world = ppo_tiny.build_world(tmp_path / "world", reward_stage=True)
+    params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=6, checkpoint_every=2,
+                                   escalate_below=0.6)
+
+    def tables(name: str) -> list[str]:
+        return ["--strong-reward", str(world["strong_reward"]),
+                "--rm-scores", str(tmp_path / f"rm_{name}"),
+                "--train-metrics", str(tmp_path / f"tm_{name}")]
+
     # the uninterrupted run: the same entry point, in this process (one thread, like the child)
     import torch
 
@@ -63,13 +73,15 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     torch.set_num_threads(1)
     try:
         run(load_section(params, "ppo"), world["policy"], world["reward"], world["prompts"],
-            tmp_path / "a", tmp_path / "rows_a", run_id="run", progress=False)
+            tmp_path / "a", tmp_path / "rows_a", run_id="run", progress=False,
+            strong_reward=world["strong_reward"], rm_scores=tmp_path / "rm_a",
+            train_metrics=tmp_path / "tm_a")
     finally:
         torch.set_num_threads(threads)
 
     out_b = tmp_path / "b"
-    proc = subprocess.Popen(_cmd(world, params, out_b, tmp_path / "rows_b"), env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_cmd(world, params, out_b, tmp_path / "rows_b", *tables("b")),
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = out_b / "checkpoints" / "latest"
     deadline = time.monotonic() + 240
     while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -81,13 +93,19 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     killed_at = latest.read_text()
     assert killed_at in ("step-000002", "step-000004")
 
-    res = subprocess.run(_cmd(world, params, out_b, tmp_path / "rows_b", "--resume"), env=_env(),
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(_cmd(world, params, out_b, tmp_path / "rows_b", *tables("b"), "--resume"),
+                         env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert _metrics(out_b) == _metrics(tmp_path / "a")
     rows_a, rows_b = _rows(tmp_path / "rows_a"), _rows(tmp_path / "rows_b")
     assert len(rows_a) == 6 * 4
     assert rows_b == rows_a
+    rm_a, rm_b = _rows(tmp_path / "rm_a", "rm_scores"), _rows(tmp_path / "rm_b", "rm_scores")
+    escalated = sum(r["tier"] == 2 for r in rows_a)
+    assert 0 < escalated < len(rows_a) and len(rm_a) == len(rows_a) + escalated
+    assert rm_b == rm_a
+    tm_a, tm_b = _rows(tmp_path / "tm_a", "train_metrics"), _rows(tmp_path / "tm_b", "train_metrics")
+    assert [r["step"] for r in tm_a] == [2, 4, 6] and tm_b == tm_a
     assert (out_b / "weights-rank0.sha256").read_text() == \
         (tmp_path / "a" / "weights-rank0.sha256").read_text()
     csv_b = (out_b / "metrics.csv").read_text()
@@ -111,11 +129,12 @@ def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
 
 def test_two_processes_under_torchrun_end_with_identical_weights(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
-    world = ppo_tiny.build_world(tmp_path / "world")
+    world = ppo_tiny.build_world(tmp_path / "world", reward_stage=True)
     params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=2, batch_size=2,
-                                   checkpoint_every=2)
+                                   checkpoint_every=2, escalate_below=0.6)
     cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", str(29500 + os.getpid() % 500),
-           "-m", "rlhf.cli.app", *_cmd(world, params, tmp_path / "dp", tmp_path / "rows")[1:]]
+           "-m", "rlhf.cli.app", *_cmd(world, params, tmp_path / "dp", tmp_path / "rows")[1:],
+           "--strong-reward", str(world["strong_reward"]), "--rm-scores", str(tmp_path / "rm")]
     out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     w0 = (tmp_path / "dp" / "weights-rank0.sha256").read_text()
@@ -123,6 +142,11 @@ def test_two_processes_under_torchrun_end_with_identical_weights(tmp_path):
     assert w0 == w1
     rows = read_table("rollouts", tmp_path / "rows").to_pylist()
     assert len(rows) == 2 * 2 * 2  # steps x processes x batch per process
+    # both processes' RM scores, gathered into the main process's one writer
+    scores = read_table("rm_scores", tmp_path / "rm").to_pylist()
+    assert sorted((s["step"], s["response_hash"]) for s in scores if s["rm_name"] == "light_rm") \
+        == sorted((r["step"], r["response_hash"]) for r in rows)
+    assert sum(s["rm_name"] == "strong_rm" for s in scores) == sum(r["tier"] == 2 for r in rows)
     m = _metrics(tmp_path / "dp")
     assert [x["step"] for x in m] == [1, 2]  # logged once, by the main process
     initial = ppo_tiny.policy(ppo_tiny.tokenizer())

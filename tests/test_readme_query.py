@@ -31,7 +31,9 @@ def test_readme_query_examples_run_as_shown(repo, tmp_path):
         argv = [re.sub(r"^/tmp/", f"{tmp_path}/", a) for a in argv[1:]]
         result = runner.invoke(app, argv, env={"COLUMNS": "200"})
         assert result.exit_code == 0, (argv, result.output)
-        assert "error" not in result.output.lower() and "Traceback" not in result.output
+        assert "Traceback" not in result.output
+        if "--sql" not in argv:  # the audits' SQL itself calls error() on a prompt_key collision
+            assert "error" not in result.output.lower()
         if argv[:2] == ["audit", "lineage"] and "--sql" not in argv:
             assert "a-2" in result.output  # b-4's lineage goes through a-2
     assert (tmp_path / "run-b.parquet").is_file()

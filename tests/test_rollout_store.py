@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlhf.store.catalog import connect
+from rlhf.store.hashing import prompt_key
 from rlhf.store.io import shard_paths
 from rlhf.store.rollouts import RolloutWriter, StepShardWriter, run_shards
 from rlhf.store.schemas import TABLES
@@ -26,16 +27,26 @@ def test_layout_is_partitioned_sorted_and_whole_steps(tmp_path):
     assert {p.parent.name for _, _, p in shards} == {"step_bucket=0", "step_bucket=1", "step_bucket=2"}
     covered = []
     for first, last, path in shards:
-        steps = pq.read_table(path).column("step").to_pylist()
-        assert steps == sorted(steps) and (steps[0], steps[-1]) == (first, last)
+        table = pq.read_table(path)
+        steps = table.column("step").to_pylist()
+        assert (min(steps), max(steps)) == (first, last)
         assert path.parent.name == f"step_bucket={first // 10}" and first // 10 == last // 10
         assert len(steps) == 3 * (last - first + 1)  # whole steps only
         meta = pq.ParquetFile(path).metadata
-        assert all(meta.row_group(i).num_rows <= 4 for i in range(meta.num_row_groups))
-        # Row-group min/max of step never overlap: what lets a step filter skip groups.
-        bounds = [(meta.row_group(i).column(1).statistics.min, meta.row_group(i).column(1).statistics.max)
-                  for i in range(meta.num_row_groups)]
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert all(n <= 4 for n in sizes)
+        # Each row group is a contiguous step range (the shard, read group by group, is sorted
+        # by step): row-group min/max of step never overlap, what lets a step filter skip groups.
+        col = table.column_names.index("step")
+        bounds = [(meta.row_group(i).column(col).statistics.min,
+                   meta.row_group(i).column(col).statistics.max) for i in range(meta.num_row_groups)]
         assert all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:]))
+        # Inside a row group rows are ordered by prompt_key (what the audits group and join by).
+        keys = table.column("prompt_key").to_pylist()
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for lo, n in zip(starts, sizes):
+            assert keys[lo:lo + n] == sorted(keys[lo:lo + n])
+            assert keys[lo:lo + n] == [prompt_key(p) for p in table.column("prompt_id").to_pylist()[lo:lo + n]]
         covered += range(first, last + 1)
     assert covered == list(range(25))
 

@@ -8,11 +8,13 @@ import sys
 import time
 import unicodedata
 
+import duckdb
 import pyarrow as pa
 import pytest
 
 from rlhf.store import TABLES, content_hash
 from rlhf.store.catalog import connect
+from rlhf.store.hashing import PROMPT_KEY_SQL, keys_for, prompt_key
 from rlhf.store.io import ShardWriter, read_dataset, read_table, remove_partials, shard_paths, write_shard
 
 
@@ -35,7 +37,11 @@ def _sample(tp: pa.DataType, i: int):
 
 
 def _rows(schema: pa.Schema, n: int = 3) -> list[dict]:
-    return [{f.name: _sample(f.type, i) for f in schema} for i in range(n)]
+    rows = [{f.name: _sample(f.type, i) for f in schema} for i in range(n)]
+    for row in rows:
+        if "prompt_key" in row:  # derived from the id, never free (store.io.to_arrow)
+            row["prompt_key"] = prompt_key(row["prompt_id"])
+    return rows
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))
@@ -64,6 +70,46 @@ def test_content_hash_is_nfc_stable_sha256():
     assert content_hash(composed) == content_hash(decomposed)
     # sha256("abc"), FIPS 180-2 test vector
     assert content_hash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_prompt_key_is_64_bits_of_the_ids_sha256_in_python_and_sql():
+    ids = ["p1", content_hash("abc"), "café", ""] + [str(i) for i in range(300)]
+    keys = [prompt_key(p) for p in ids]
+    # sha256("p1") = f64551fcd6f07823...: its first 8 bytes as a signed (two's complement) int64
+    assert keys[0] == int("f64551fcd6f07823", 16) - 2**64
+    assert min(keys) < 0 < max(keys) and len(set(keys)) == len(keys)
+    con = duckdb.connect()
+    assert [con.execute(f"SELECT {PROMPT_KEY_SQL.format(id='$1')}", [p]).fetchone()[0]
+            for p in ids] == keys
+    arr = pa.array(ids + ids[:5] + [None])
+    assert keys_for(arr).to_pylist() == keys + keys[:5] + [None]
+
+
+def test_store_derives_prompt_key_and_refuses_a_wrong_one(tmp_path):
+    row = _rows(TABLES["pool"], 1)[0]
+    del row["prompt_key"]
+    path = write_shard("pool", [row], tmp_path / "pool" / "part-00000.parquet")
+    assert read_table("pool", path.parent).column("prompt_key").to_pylist() == [prompt_key(row["prompt_id"])]
+    with pytest.raises(ValueError, match="prompt_key of row 0 is not"):
+        write_shard("pool", [{**row, "prompt_key": 7}], tmp_path / "x.parquet")
+    table = read_table("pool", path.parent)
+    with pytest.raises(ValueError, match="prompt_key of row 0 is not"):
+        write_shard("pool", table.set_column(1, "prompt_key", pa.array([7], pa.int64())),
+                    tmp_path / "x.parquet")
+    assert write_shard("pool", table.drop(["prompt_key"]), tmp_path / "y.parquet").exists()
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_a_key_collision_within_a_write_is_refused(monkeypatch, tmp_path):
+    import rlhf.store.hashing as hashing
+
+    monkeypatch.setattr(hashing, "prompt_key", lambda pid: 42)  # every id collides
+    rows = _rows(TABLES["pool"], 2)
+    for r in rows:
+        del r["prompt_key"]
+    with pytest.raises(ValueError, match="share prompt_key 42"):
+        write_shard("pool", rows, tmp_path / "p.parquet")
+    assert write_shard("pool", rows[:1] * 2, tmp_path / "p.parquet").exists()  # same id twice: fine
 
 
 def test_shard_writer_numbers_shards_and_resumes(tmp_path):

@@ -80,6 +80,11 @@ class PPOConfig:
     reward_attention_high: float = 1.2
     reward_attention_low: float = 0.8
     reward_attention_frac: float = 0.25
+    # seed 001 §4.1 Level-2 escalation: a valid rollout whose light-RM confidence is below this
+    # is re-scored by the strong RM (`rlhf ppo --strong-reward`) and PPO uses the strong score.
+    # The seed triggers Level 2 on a low score or a high-risk topic; we use the RM's own doubt,
+    # the confidence gate of seed 000 §3.4 (0.6). 0 = never (and no strong RM: never).
+    escalate_below: float = 0.0
     # records
     checkpoint_every: int = 10
     csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
@@ -112,6 +117,9 @@ class PPOConfig:
                      "csv_every", "critic_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.escalate_below <= 1.0:
+            raise ConfigError(f"ppo.escalate_below is a confidence in [0, 1], "
+                              f"got {self.escalate_below}")
         if not 0.0 <= self.rollout_dropout < 1.0:
             raise ConfigError(f"ppo.rollout_dropout must be in [0, 1), got {self.rollout_dropout}")
         if self.critic_hidden_size % self.critic_heads:

@@ -58,3 +58,14 @@ def rollouts_used(rollouts: str | Path, run_id: str) -> int:
     from rlhf.store.rollouts import run_shards
 
     return sum(pq.ParquetFile(p).metadata.num_rows for _, _, p in run_shards(rollouts, run_id))
+
+
+def escalated_rollouts(rollouts: str | Path, run_id: str) -> int:
+    """Rows of the run re-scored by the strong RM (tier 2, seed 001 §4.1 Level 2)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from rlhf.store.rollouts import run_shards
+
+    return sum(int(pc.sum(pc.equal(pq.read_table(p, columns=["tier"])["tier"], 2)).as_py() or 0)
+               for _, _, p in run_shards(rollouts, run_id))

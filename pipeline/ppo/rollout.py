@@ -29,8 +29,11 @@ class Rollout:
     flags: list[list[str]]           # [B] e.g. ["timeout"], ["no_eos"]
     policy_version: str              # checkpoint id of the policy that generated the batch
     # --- scored
-    scores: torch.Tensor | None = None        # [B] scalar reward from the scorer
-    confidence: torch.Tensor | None = None    # [B] scorer confidence in [0, 1]
+    scores: torch.Tensor | None = None        # [B] the reward PPO uses (strong RM's if escalated)
+    confidence: torch.Tensor | None = None    # [B] confidence in [0, 1] of the scorer of `scores`
+    level1_scores: torch.Tensor | None = None      # [B] the light RM's score (seed 001 §4.1 L1)
+    level1_confidence: torch.Tensor | None = None  # [B] the light RM's confidence
+    escalated: torch.Tensor | None = None     # [B] bool, re-scored by the strong RM (Level 2)
     # --- from the policy and reference forward passes (full vocabulary, §5.4)
     logprobs: torch.Tensor | None = None      # [B, T] log pi_old(token)
     ref_logprobs: torch.Tensor | None = None  # [B, T] log pi_ref(token)

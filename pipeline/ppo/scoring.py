@@ -6,6 +6,11 @@ A scorer is any object with `score(prompts, responses) -> (rewards [B], confiden
 the light critic's reward-aware attention uses (seed 000 §3.2; see critic.py). The reward stage
 builds the light RM; `HFScorer` wraps any AutoModelForSequenceClassification checkpoint.
 
+What the `rm_scores` table records of a scorer (`scorer_identity`): its `name` (light_rm,
+strong_rm, ...), its `version` (`store.hashing.tree_hash` of the folder it was loaded from,
+computed once by `load_scorer`) and its `gate`, the confidence below which a score is queued for
+RM fine-tuning (seed 000 §3.4: the reward stage's scorer.json, else 0.6).
+
     python -c "from rlhf.pipeline.ppo.scoring import HFScorer; s = HFScorer.load('artifacts/models/rm_light'); print(s.score(['hi'], ['hello']))"
 """
 
@@ -39,11 +44,21 @@ def text_format():
     return format_prompt, format_sample, response_of
 
 
+def scorer_identity(scorer) -> tuple[str, str, float]:
+    """(name, version, gate) of any scorer; "unversioned" when it was not loaded from a folder."""
+    from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
+
+    gate = getattr(scorer, "gate", None)
+    return (getattr(scorer, "name", "light_rm"), getattr(scorer, "version", None) or "unversioned",
+            CONFIDENCE_GATE if gate is None else float(gate))
+
+
 class HFScorer:
     """A sequence-classification RM as a scorer. Confidence is 1.0: a single RM has no estimate
     of its own uncertainty (the reward stage's ensemble scorer supplies a real one)."""
 
     name = "light_rm"
+    version: str | None = None
 
     def __init__(self, model, tokenizer, max_length: int = 512):
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
@@ -102,6 +117,7 @@ class RewardStageScorer:
     """
 
     name = "light_rm"
+    version: str | None = None
 
     def __init__(self, scorer):
         self.scorer = scorer
@@ -123,11 +139,21 @@ class RewardStageScorer:
                 for p, per in self._member.token_scores(prompts, responses, n_tokens)]
 
 
-def load_scorer(path: str | Path):
+def load_scorer(path: str | Path, name: str = "light_rm"):
     """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
-    `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint."""
-    if (Path(path) / "scorer.json").is_file():
+    `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint; named
+    `name` and versioned by the folder's content hash (the `rm_scores` table records both)."""
+    from rlhf.store.hashing import tree_hash
+
+    path = Path(path)
+    if (path / "scorer.json").is_file():
         from rlhf.pipeline.reward import load_scorer as reward_loader
 
-        return RewardStageScorer(reward_loader(path))
-    return HFScorer.load(str(path))
+        scorer = RewardStageScorer(reward_loader(path))
+    elif (path / "config.json").is_file():
+        scorer = HFScorer.load(str(path))
+    else:
+        raise FileNotFoundError(f"{path} is not a reward model folder (no scorer.json, no "
+                                "config.json)")
+    scorer.name, scorer.version = name, tree_hash(path)
+    return scorer

@@ -13,8 +13,16 @@ seed 000 §4.4 metrics, one line every `csv_every` steps), metrics.jsonl (every 
 step), events.jsonl (reward collapses / RM-refresh requests, skipped updates, diagnostics),
 policy/ and critic.pt (final weights), summary.json. Rollout rows go to the `rollouts` table
 folder --rollouts through the store's writer (store/rollouts.py: run_id=<id>/step_bucket=<k>/,
-sorted whole-step shards); every saved checkpoint gets a row in the `checkpoints` table folder
---checkpoint-table when one is given (what `rlhf audit lineage` walks).
+sorted whole-step shards); with --rm-scores, every RM score PPO uses goes to the `rm_scores`
+table (light RM, and the strong RM's for escalated rollouts), with --train-metrics the six
+metrics of every CSV line to `train_metrics`, both through the same writer and layout; every
+saved checkpoint gets a row in the `checkpoints` table folder --checkpoint-table when one is
+given (what `rlhf audit lineage` walks).
+
+Tiers (seed 001 §4.1): every rollout is scored by the light RM (Level 1, tier 1); with a strong
+RM (--strong-reward) and `ppo.escalate_below` > 0, a valid rollout whose light-RM confidence is
+below it is re-scored by the strong RM (Level 2, tier 2, scorer "strong_rm"), whose score PPO
+then uses.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import torch
 
 from rlhf.pipeline.ppo import core
@@ -42,10 +51,10 @@ from rlhf.pipeline.ppo.diagnostics import (SUGGESTION_TEXT, GradNormMonitor,
                                            RewardCollapseDetector)
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.ppo.schedules import KLController, adaptive_clip, lambda_eps
-from rlhf.pipeline.ppo.scoring import text_format
-from rlhf.store.hashing import content_hash
+from rlhf.pipeline.ppo.scoring import scorer_identity, text_format
+from rlhf.store.hashing import content_hash, keys_for
 from rlhf.store.io import read_table, remove_partials, write_shard
-from rlhf.store.rollouts import RolloutWriter, run_folder
+from rlhf.store.rollouts import StepShardWriter, run_folder
 
 CSV_COLUMNS = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
                "clip_ratio", "critic_loss", "entropy_mean")
@@ -153,13 +162,23 @@ class RunPaths:
     rollouts: Path  # the `rollouts` table folder; this run writes under run_id=<run_id>/
     run_id: str
     checkpoint_table: Path | None = None  # the `checkpoints` table folder (None: not recorded)
+    rm_scores: Path | None = None  # the `rm_scores` table folder (None: not recorded)
+    train_metrics: Path | None = None  # the `train_metrics` table folder (None: not recorded)
     checkpoints: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out, self.rollouts = Path(self.out), Path(self.rollouts)
-        if self.checkpoint_table is not None:
-            self.checkpoint_table = Path(self.checkpoint_table)
+        for name in ("checkpoint_table", "rm_scores", "train_metrics"):
+            if getattr(self, name) is not None:
+                setattr(self, name, Path(getattr(self, name)))
         self.checkpoints = self.out / "checkpoints"
+
+    @property
+    def step_tables(self) -> dict[str, Path]:
+        """{table: folder} of the per-step tables this run writes (store/rollouts.py layout)."""
+        tables = {"rollouts": self.rollouts, "rm_scores": self.rm_scores,
+                  "train_metrics": self.train_metrics}
+        return {t: folder for t, folder in tables.items() if folder is not None}
 
     @property
     def run_rollouts(self) -> Path:
@@ -175,10 +194,11 @@ class PPOTrainer:
 
     def __init__(self, cfg: PPOConfig, policy, ref_policy, tokenizer, scorer,
                  prompts: list[tuple[str, str]], paths: RunPaths, policy_path: str | None = None,
-                 accelerator=None, progress: bool = False, sampler=None):
+                 accelerator=None, progress: bool = False, sampler=None, strong_scorer=None):
         from accelerate import Accelerator
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
+        self.strong_scorer = strong_scorer  # Level 2 (seed 001 §4.1); None: Level 1 only
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.rank, self.world = self.acc.process_index, self.acc.num_processes
         self.progress = progress
@@ -218,9 +238,12 @@ class PPOTrainer:
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
         self.writer = None  # TensorBoard (main process)
-        self.rollout_writer: RolloutWriter | None = None  # the store's writer (main process)
+        # the store's writers of rollouts / rm_scores / train_metrics (main process)
+        self.table_writers: dict[str, StepShardWriter] = {}
         self.parent_checkpoint: str | None = None  # null parent: the run starts from SFT
         self.data_version = content_hash("\n".join(sorted(p[0] for p in prompts)))
+        # distinct prompt ids must get distinct prompt_keys (store/hashing.py): ValueError if not
+        keys_for(pa.array([p[0] for p in prompts], pa.string()))
         self.current_step = 0
         self._last_suggestions: set[str] = set()
 
@@ -235,8 +258,10 @@ class PPOTrainer:
             self.writer = SummaryWriter(str(self.paths.out / "tensorboard"), purge_step=start)
             # resume_after: drop the steps a killed run stored after its last checkpoint (they
             # are redone now), so no step is ever stored twice (store/rollouts.py)
-            self.rollout_writer = RolloutWriter(self.paths.rollouts, self.paths.run_id,
-                                                resume_after=start - 1 if resume else None)
+            self.table_writers = {
+                table: StepShardWriter(table, folder, self.paths.run_id,
+                                       resume_after=start - 1 if resume else None)
+                for table, folder in self.paths.step_tables.items()}
         self.acc.wait_for_everyone()
         last: dict = {}
         steps = range(start, self.cfg.total_steps + 1)
@@ -259,7 +284,7 @@ class PPOTrainer:
         stats = (self.ppo_epochs(r, sched["clip_range"], step) if sched["trainable"]
                  else self._no_update())
         metrics = self.log(step, r, sched, stats)
-        self.write_rollouts(step, r)
+        self.write_records(step, r)
         del r
         self._release_memory()
         return metrics
@@ -359,9 +384,25 @@ class PPOTrainer:
     # ----------------------------------------------------------------- score and log-probs
     @torch.no_grad()
     def score(self, r: Rollout) -> None:
+        """Level 1: the light RM scores every rollout. Level 2 (seed 001 §4.1): with a strong RM,
+        valid rollouts whose light-RM confidence is below `escalate_below` are re-scored by it,
+        and its score (and confidence) replace the light RM's for PPO."""
+        dev = self.acc.device
         scores, conf = self.scorer.score(r.prompts, r.responses)
-        r.scores = torch.as_tensor(scores, dtype=torch.float32, device=self.acc.device)
-        r.confidence = torch.as_tensor(conf, dtype=torch.float32, device=self.acc.device)
+        r.level1_scores = torch.as_tensor(scores, dtype=torch.float32, device=dev)
+        r.level1_confidence = torch.as_tensor(conf, dtype=torch.float32, device=dev)
+        r.scores, r.confidence = r.level1_scores.clone(), r.level1_confidence.clone()
+        r.escalated = torch.zeros(len(r), dtype=torch.bool, device=dev)
+        if self.strong_scorer is None or self.cfg.escalate_below <= 0:
+            return
+        r.escalated = r.valid & (r.level1_confidence < self.cfg.escalate_below)
+        idx = r.escalated.nonzero().flatten()
+        if len(idx):
+            chosen = idx.tolist()
+            s, c = self.strong_scorer.score([r.prompts[i] for i in chosen],
+                                            [r.responses[i] for i in chosen])
+            r.scores[idx] = torch.as_tensor(s, dtype=torch.float32, device=dev)
+            r.confidence[idx] = torch.as_tensor(c, dtype=torch.float32, device=dev)
 
     def _logits(self, model, r: Rollout, idx: torch.Tensor | None = None) -> torch.Tensor:
         """[b, T, V] response-token logits / temperature from a forward over prompt + response."""
@@ -594,7 +635,22 @@ class PPOTrainer:
                 fh.write(json.dumps(m, sort_keys=True) + "\n")
             if step % self.cfg.csv_every == 0:
                 self._csv_line(m)
+                if "train_metrics" in self.table_writers:
+                    self.table_writers["train_metrics"].write([self.train_metrics_row(m)])
         return m
+
+    def train_metrics_row(self, m: dict) -> dict:
+        """The CSV line's six metrics (seed 000 §4.4) as a `train_metrics` row; NaN (no update
+        this step) is stored as null, which SQL aggregates skip."""
+        def value(key: str) -> float | None:
+            v = m[key]
+            return float(v) if v is not None and math.isfinite(v) else None
+
+        return {"run_id": self.paths.run_id, "step": m["step"],
+                "rollout_success": value("rollout_success_rate"), "rew_mean": value("reward_mean"),
+                "rew_std": value("reward_std"), "kl_div": value("kl_div_mean"),
+                "clip_ratio": value("clip_ratio"), "critic_loss": value("critic_loss"),
+                "entropy": value("entropy_mean"), "logged_at": datetime.now(UTC)}
 
     def _csv_line(self, m: dict) -> None:
         path = self.paths.out / "metrics.csv"
@@ -611,39 +667,72 @@ class PPOTrainer:
             with open(self.paths.out / "events.jsonl", "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"event": kind, **data}, sort_keys=True) + "\n")
 
-    # ----------------------------------------------------------------- rollout rows
-    def write_rollouts(self, step: int, r: Rollout) -> None:
-        """This step's rows from every process, appended by the main process's store writer.
+    # ----------------------------------------------------------------- rollout and RM rows
+    def write_records(self, step: int, r: Rollout) -> None:
+        """This step's rollout and RM-score rows from every process, appended by the main
+        process's store writers.
 
-        One writer per run, not per process: the store's shards hold whole steps (what lets a
-        resumed run trim exactly the steps it redoes), and two processes writing the same step
-        would need two shards of one step under one name. The rows are small (hashes and
+        One writer per table and run, not per process: the store's shards hold whole steps (what
+        lets a resumed run trim exactly the steps it redoes), and two processes writing the same
+        step would need two shards of one step under one name. The rows are small (hashes and
         scalars), so gathering them costs little next to the step itself.
         """
-        rows = self.rollout_rows(step, r)
+        rows = {"rollouts": self.rollout_rows(step, r)}
+        if self.paths.rm_scores is not None:
+            rows["rm_scores"] = self.rm_score_rows(step, r)
         if self.world > 1:
             from accelerate.utils import gather_object
 
-            rows = gather_object(rows)  # rank order: the same rows in the same order every run
+            # rank order: the same rows in the same order every run
+            gathered = gather_object([rows])
+            rows = {t: [row for part in gathered for row in part[t]] for t in rows}
         if self.acc.is_main_process:
-            self.rollout_writer.write(rows)
+            for table, table_rows in rows.items():
+                self.table_writers[table].write(table_rows)
 
     def rollout_rows(self, step: int, r: Rollout) -> list[dict]:
         now = datetime.now(UTC)
         kl_seq = r.kl.sum(1).tolist()
         debug = self.cfg.debug_rollouts
+        names = (scorer_identity(self.scorer)[0],
+                 scorer_identity(self.strong_scorer)[0] if self.strong_scorer else None)
         return [{
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
             "response_hash": content_hash(r.responses[i]),
             "reward": float(r.scores[i]),
-            "scorer": getattr(self.scorer, "name", "light_rm") if bool(r.valid[i]) else "fallback",
-            "tier": 1, "prompt_tokens": int(r.query_mask[i].sum()),
+            "scorer": ("fallback" if not bool(r.valid[i])
+                       else names[1] if bool(r.escalated[i]) else names[0]),
+            "tier": 2 if bool(r.escalated[i]) else 1, "prompt_tokens": int(r.query_mask[i].sum()),
             "response_tokens": int(r.response_mask[i].sum()), "kl": float(kl_seq[i]),
             "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
             "prompt_text": r.prompts[i] if debug else None,
             "response_text": r.responses[i] if debug else None,
         } for i in range(len(r))]
+
+    def rm_score_rows(self, step: int, r: Rollout) -> list[dict]:
+        """One row per RM score PPO uses: the light RM's for every valid rollout (a fallback's
+        score is not used) and, for an escalated one, also the strong RM's. `escalated` marks
+        both rows of an escalated rollout; `queued`: the score's confidence is below its RM's
+        gate, so the sample belongs in that RM's fine-tune queue (seed 000 §3.4)."""
+        now = datetime.now(UTC)
+        light = scorer_identity(self.scorer)
+        strong = scorer_identity(self.strong_scorer) if self.strong_scorer else None
+        rows = []
+        for i in range(len(r)):
+            if not bool(r.valid[i]):
+                continue
+            escalated = bool(r.escalated[i])
+            scored = [(light, float(r.level1_scores[i]), float(r.level1_confidence[i]))]
+            if escalated:
+                scored.append((strong, float(r.scores[i]), float(r.confidence[i])))
+            for (name, version, gate), score, conf in scored:
+                rows.append({"run_id": self.paths.run_id, "step": step,
+                             "prompt_id": r.prompt_ids[i],
+                             "response_hash": content_hash(r.responses[i]), "rm_name": name,
+                             "rm_version": version, "score": score, "confidence": conf,
+                             "escalated": escalated, "queued": conf < gate, "scored_at": now})
+        return rows
 
     def record_checkpoint(self, step: int, folder: Path, only_if_missing: bool = False) -> None:
         """One row in the `checkpoints` table (run_id=<id>/step-NNNNNNNNN.parquet, atomic)."""
@@ -682,12 +771,13 @@ class PPOTrainer:
     def save_checkpoint(self, step: int) -> Path:
         """Atomic: written to a hidden folder, then renamed; `latest` names the newest.
 
-        The rollout rows up to `step` are on disk before `latest` moves: a run killed later
-        resumes from here and trims only what came after (resume_after=step)."""
+        The rollout, RM-score and metric rows up to `step` are on disk before `latest` moves: a
+        run killed later resumes from here and trims only what came after (resume_after=step)."""
         final = self.paths.checkpoints / f"step-{step:06d}"
         tmp = self.paths.checkpoints / f".step-{step:06d}.tmp"
         if self.acc.is_main_process:
-            self.rollout_writer.flush()
+            for w in self.table_writers.values():
+                w.flush()
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self.acc.wait_for_everyone()
@@ -746,15 +836,16 @@ class PPOTrainer:
             # killed between `latest` and the row: write it now (same id, same parent)
             self.parent_checkpoint = state.get("parent_checkpoint")
             self.record_checkpoint(step, ckpt, only_if_missing=True)
-            for bucket in self.paths.run_rollouts.glob("step_bucket=*"):
-                remove_partials(bucket)  # a shard the kill interrupted (never visible)
+            for folder in self.paths.step_tables.values():
+                for bucket in run_folder(folder, self.paths.run_id).glob("step_bucket=*"):
+                    remove_partials(bucket)  # a shard the kill interrupted (never visible)
         self.parent_checkpoint = self.paths.checkpoint_id(step)
         self.acc.wait_for_everyone()
         return step
 
     def _truncate_logs(self, step: int) -> None:
         """Remove the log lines a killed run wrote after checkpoint `step` (they are redone);
-        its rollout rows are trimmed by the store writer (resume_after)."""
+        its rollout, RM-score and metric rows are trimmed by the store writers (resume_after)."""
         for name, keep in (("metrics.jsonl", lambda m: m["step"] <= step),
                            ("events.jsonl", lambda m: m.get("step", 0) <= step)):
             path = self.paths.out / name
@@ -774,7 +865,8 @@ class PPOTrainer:
                 (self.paths.out / name).unlink(missing_ok=True)
             shutil.rmtree(self.paths.out / "tensorboard", ignore_errors=True)
             shutil.rmtree(self.paths.checkpoints, ignore_errors=True)
-            shutil.rmtree(self.paths.run_rollouts, ignore_errors=True)
+            for folder in self.paths.step_tables.values():
+                shutil.rmtree(run_folder(folder, self.paths.run_id), ignore_errors=True)
             self._trim_checkpoint_rows(-1)
             self.paths.out.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
@@ -782,7 +874,8 @@ class PPOTrainer:
     # ----------------------------------------------------------------- the end
     def finish(self, last: dict) -> dict:
         if self.acc.is_main_process:
-            self.rollout_writer.close()
+            for w in self.table_writers.values():
+                w.close()
         policy = self.acc.unwrap_model(self.policy)
         digest = hashlib.sha256()
         for name, t in sorted(policy.state_dict().items()):
@@ -820,11 +913,14 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,
         checkpoint_table: str | Path | None = None,
-        difficulty: str | Path | None = None) -> dict:
-    """Load the policy, reference, tokenizer and reward model from disk and run PPO.
+        difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
+        rm_scores: str | Path | None = None, train_metrics: str | Path | None = None) -> dict:
+    """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
-    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs."""
+    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs. With
+    `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
+    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.ppo.scoring import load_scorer
@@ -845,7 +941,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     attn = attn_implementation(cfg.attn_implementation)
     policy = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
-    scorer = load_scorer(reward_path)
+    scorer = load_scorer(reward_path, name="light_rm")
+    strong = load_scorer(strong_reward, name="strong_rm") if strong_reward is not None else None
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:
@@ -853,9 +950,11 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
 
         sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
-    paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table)
+    paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table,
+                     rm_scores, train_metrics)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
-                         policy_path=str(policy_path), progress=progress, sampler=sampler)
+                         policy_path=str(policy_path), progress=progress, sampler=sampler,
+                         strong_scorer=strong)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)
