@@ -1,7 +1,8 @@
 """The rollout store layout: partitioned by run and step bucket, sorted by step, small row groups.
 
-The PPO trainer appends every step's rollouts through `RolloutWriter` (and its RM scores through
-`StepShardWriter("rm_scores", ...)`, which lays them out the same way):
+The PPO trainer appends every step's rollouts through `RolloutWriter` (and its RM scores and
+training metrics through `StepShardWriter("rm_scores" / "train_metrics", ...)`, which lay them
+out the same way):
 
     <store>/rollouts/run_id=<run>/step_bucket=<k>/part-<first step>-<last step>.parquet
 
