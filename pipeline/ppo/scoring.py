@@ -3,8 +3,9 @@
 A scorer is any object with `score(prompts, responses) -> (rewards [B], confidence [B])`
 (tensors or sequences of floats). It may also offer `token_scores(prompts, responses, n_tokens)
 -> list[(prompt_score, [score after each response token])]`, the per-position RM attribution
-the light critic's reward-aware attention uses (seed 000 §3.2; see critic.py). The reward stage
-builds the light RM; `HFScorer` wraps any AutoModelForSequenceClassification checkpoint.
+the light critic's reward-aware attention uses (seed 000 §3.2; see critic.py): prefix scores of
+a decoder RM, gradient x input attributions of an encoder RM. The reward stage builds the light
+RM; `HFScorer` wraps any AutoModelForSequenceClassification checkpoint.
 
 What the `rm_scores` table records of a scorer (`scorer_identity`): its `name` (light_rm,
 strong_rm, ...), its `version` (`store.hashing.tree_hash` of the folder it was loaded from,
@@ -82,14 +83,23 @@ class HFScorer:
         logits = self.model(**enc).logits[:, 0].float()
         return logits, torch.ones_like(logits)
 
-    @torch.no_grad()
     def token_scores(self, prompts: list[str], responses: list[str], n_tokens: list[int]):
-        """Per-position scores: the score head applied to every hidden state (what the RM would
-        say if the text ended there), for the prompt end and each of `n_tokens[i]` policy tokens.
+        """Per-position scores for the prompt end and each of `n_tokens[i]` policy tokens.
 
-        The RM's own tokens of the response are mapped onto the policy's proportionally (they
-        coincide when both share the tokenizer, as in the embedded default).
+        A decoder RM with a per-token `score` head (Llama-style) gives prefix scores: the head
+        applied to every hidden state, what the RM would say if the text ended there. Any other
+        RM (an encoder such as MiniLM/BERT, which pools one token and reads the text both ways)
+        gives gradient x input attributions instead (`attribution_scores`). Either way the RM's
+        own tokens of the response are mapped onto the policy's proportionally (they coincide
+        when both share the tokenizer).
         """
+        if has_token_head(self.model):
+            return self._prefix_scores(prompts, responses, n_tokens)
+        return attribution_scores(self.model, self.tokenizer, self.format_sample, prompts,
+                                  responses, n_tokens, self.max_length)
+
+    @torch.no_grad()
+    def _prefix_scores(self, prompts: list[str], responses: list[str], n_tokens: list[int]):
         enc = self._encode([self.format_sample(p, r) for p, r in zip(prompts, responses)])
         base = getattr(self.model, self.model.base_model_prefix)
         hidden = base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
@@ -105,6 +115,85 @@ class HFScorer:
             mapped = [resp[min(len(resp) - 1, (j * len(resp)) // max(n, 1))] for j in range(n)]
             out.append((prompt_score, mapped))
         return out
+
+
+def has_token_head(model) -> bool:
+    """A decoder RM whose `score` head maps every hidden state to a score (Llama-style)."""
+    return hasattr(model, "score") and not getattr(model.config, "is_encoder_decoder", False) \
+        and hasattr(model, "base_model_prefix")
+
+
+def can_attribute(model, tokenizer) -> bool:
+    """Whether `HFScorer.token_scores` works for this RM: a per-token head, or input embeddings
+    and a fast tokenizer (character offsets) for the attribution path."""
+    return has_token_head(model) or (getattr(tokenizer, "is_fast", False)
+                                     and model.get_input_embeddings() is not None)
+
+
+def _spread(n_chars: int, spans: list[tuple[int, int, float]], n: int) -> list[float]:
+    """Attributions of character spans [(start, end, value)] of a text of `n_chars` characters,
+    spread uniformly over their characters and summed over `n` equal slices of the text."""
+    per_char = [0.0] * n_chars
+    for start, end, value in spans:
+        start, end = max(start, 0), min(end, n_chars)
+        if end > start:
+            for c in range(start, end):
+                per_char[c] += value / (end - start)
+    if n_chars == 0:
+        return [0.0] * n
+    return [sum(per_char[(j * n_chars) // n:((j + 1) * n_chars) // n]) for j in range(n)]
+
+
+def attribution_scores(model, tokenizer, format_sample, prompts: list[str], responses: list[str],
+                       n_tokens: list[int], max_length: int = 512):
+    """Per-position scores of any RM from gradient x input attributions (one backward pass).
+
+    a_t = <d score / d e_t, e_t> for the input embedding e_t of each RM token (the first-order
+    share of the score each token carries). The response's attributions, per character, are
+    summed over `n_tokens[i]` equal slices of the response text (one per policy token), and the
+    per-position scores are the running sum on top of `score - sum(response attributions)`, so
+    increments are the attributions and the last position is the sequence's score, as with a
+    decoder's prefix scores. Texts are left-truncated to `max_length` like
+    `reward.scorer.encode_texts`, keeping the leading special token.
+    """
+    texts = [format_sample(p, r) for p, r in zip(prompts, responses)]
+    starts = [len(format_sample(p, "")) for p in prompts]
+    enc = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
+    special = set(tokenizer.all_special_ids)
+    rows, offsets = [], []
+    for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
+        if len(ids) > max_length:
+            head = 1 if ids[0] in special else 0
+            keep = list(range(head)) + list(range(len(ids) - (max_length - head), len(ids)))
+            ids, offs = [ids[k] for k in keep], [offs[k] for k in keep]
+        rows.append(ids)
+        offsets.append(offs)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    x = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(x)
+    for i, r in enumerate(rows):
+        x[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    emb = model.get_input_embeddings()(x).detach().requires_grad_(True)
+    with torch.enable_grad():
+        score = model(inputs_embeds=emb, attention_mask=mask).logits[:, 0].float()
+        (grad,) = torch.autograd.grad(score.sum(), emb)
+    attr = (grad * emb).sum(-1).detach() * mask  # [B, L]
+    score = score.detach()
+    out = []
+    for i, n in enumerate(n_tokens):
+        resp_start, n_chars = starts[i], len(texts[i]) - starts[i]
+        spans = [(a - resp_start, b - resp_start, float(attr[i, t]))
+                 for t, (a, b) in enumerate(offsets[i]) if b > a and b > resp_start]
+        per_token = _spread(n_chars, spans, n)
+        base = float(score[i]) - sum(per_token)
+        running, scores = base, []
+        for a in per_token:
+            running += a
+            scores.append(running)
+        out.append((base, scores))
+    return out
 
 
 class RewardStageScorer:
@@ -123,9 +212,9 @@ class RewardStageScorer:
         self.scorer = scorer
         self.gate = getattr(scorer, "gate", None)
         models = getattr(scorer, "models", ())
-        # per-position scores need a decoder with a per-token `score` head (Llama-style); an
-        # encoder RM (MiniLM/BERT pools [CLS]) offers none, and the critic goes without them
-        if len(models) == 1 and hasattr(models[0], "score"):
+        # per-position scores: prefix scores of a decoder's per-token head, else gradient x
+        # input attributions (an encoder RM such as the MiniLM light RM; see HFScorer)
+        if len(models) == 1 and can_attribute(models[0], scorer.tokenizer):
             self._member = HFScorer(scorer.models[0], scorer.tokenizer, scorer.max_length)
             self._reference = float(scorer.references[0])
             self.token_scores = self._token_scores
