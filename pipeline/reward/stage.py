@@ -229,6 +229,45 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
     return prompts, responses, is_policy
 
 
+def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[str],
+                ann_rows: Sequence[dict], demos_path) -> tuple[list[str], list[str], list[list[int]]]:
+    """(prompts, responses, groups) the light RM is distilled on: `rollout_k` SFT samples plus
+    `distill_demo_candidates` topic demonstrations per rollout prompt, and every training
+    ranking's responses (SFT rollouts too); one group of indices per prompt / ranking."""
+    from rlhf.pipeline.policy import sample
+
+    roll = sample(policy, tokenizer, list(rollout_prompts), n=cfg.rollout_k,
+                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                  seed=cfg.seed + 1, batch_size=cfg.batch_size)
+    d_prompts: list[str] = []
+    d_resps: list[str] = []
+    groups: list[list[int]] = []
+    if cfg.distill_demo_candidates:
+        if demos_path is None:
+            raise ValueError("reward.distill_demo_candidates needs --demos")
+        from rlhf.pipeline.preferences import demo_candidates
+
+        demos = demo_candidates(list(rollout_prompts), demos_path, cfg.distill_demo_candidates,
+                                cfg.seed + 11)
+    else:
+        demos = [[] for _ in rollout_prompts]
+    for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
+        resps = [s.response for s in ss] + extra_resps
+        groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
+        d_prompts += [p] * len(resps)
+        d_resps += resps
+    by_rank: dict[str, list[dict]] = defaultdict(list)
+    for r in ann_rows:
+        if r["split"] == "train":
+            by_rank[r["ranking_id"]].append(r)
+    for rid in sorted(by_rank):
+        rs = by_rank[rid]
+        groups.append(list(range(len(d_prompts), len(d_prompts) + len(rs))))
+        d_prompts += [r["prompt"] for r in rs]
+        d_resps += [r["response"] for r in rs]
+    return d_prompts, d_resps, groups
+
+
 # ---------------------------------------------------------------------------------------------
 # the stage
 
@@ -239,7 +278,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         judge: Callable[[str, str], float] | None = None,
         log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
     import torch
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf, sample
+    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.confidence import (
         accuracy_by_confidence,
@@ -339,33 +378,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     exclude = {r["prompt_id"] for r in ann_rows}
     rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
     log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
-    roll = sample(policy, ptok, rollout_prompts, n=cfg.rollout_k, max_new_tokens=cfg.max_new_tokens,
-                  temperature=cfg.temperature, seed=cfg.seed + 1, batch_size=cfg.batch_size)
-    d_prompts, d_resps, groups = [], [], []
-    if cfg.distill_demo_candidates:
-        if demos_path is None:
-            raise ValueError("reward.distill_demo_candidates needs --demos")
-        from rlhf.pipeline.preferences import demo_candidates
-
-        demos = demo_candidates(rollout_prompts, demos_path, cfg.distill_demo_candidates,
-                                cfg.seed + 11)
-    else:
-        demos = [[] for _ in rollout_prompts]
-    for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
-        resps = [s.response for s in ss] + extra_resps
-        groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
-        d_prompts += [p] * len(resps)
-        d_resps += resps
-    # the preference responses are SFT rollouts too: one group per training ranking
-    by_rank: dict[str, list[dict]] = defaultdict(list)
-    for r in ann_rows:
-        if r["split"] == "train":
-            by_rank[r["ranking_id"]].append(r)
-    for rid in sorted(by_rank):
-        rs = by_rank[rid]
-        groups.append(list(range(len(d_prompts), len(d_prompts) + len(rs))))
-        d_prompts += [r["prompt"] for r in rs]
-        d_resps += [r["response"] for r in rs]
+    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, ann_rows,
+                                             demos_path)
     targets, _ = strong(d_prompts, d_resps)
     ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
     log(f"distilling the light RM on {len(ids)} strong-RM labels")
