@@ -1,7 +1,9 @@
 """The distilled light RM (seed 001 §4.2): a smaller model fitted to the strong RM's outputs.
 
 The strong RM (the ensemble) labels many policy rollouts (k responses per prompt); the light RM,
-a shallower Llama sequence classifier, learns to reproduce the strong RM's output distribution:
+a shallower sequence classifier (`init: strong`, the embedded default: the first 2 of the
+strong member's 6 MiniLM layers with its head; `init: sft`: the SFT policy's first layers),
+learns to reproduce the strong RM's output distribution:
 per prompt, the KL divergence from the strong RM's softmax over the prompt's k responses to the
 light RM's (the Plackett-Luce / Bradley-Terry distribution the scores define, so the light RM
 gets the strong RM's orderings and their certainty), plus a mean-squared error on the centred

@@ -2,7 +2,8 @@
 
 1. Expand the annotators' rankings (`preferences` table) into pairs; train `n_ensemble` RMs
    (seed 001 §5.1: three) with TRL's RewardTrainer, each on its own bootstrap of the training
-   prompts and seed. Backbone of the embedded default: the SFT policy with a fresh score head.
+   prompts and seed. Backbone of the embedded default: all-MiniLM-L6-v2 with a fresh score head
+   (`reward.backbone`; `sft` = the SFT policy).
 2. References (each member's mean score of the SFT policy's responses) and the confidence
    temperature (fitted on one half of the held-out pairs); save `rm_strong` (scorer folder).
 3. Sample rollouts from the SFT policy on pool prompts, label them with the strong ensemble and
