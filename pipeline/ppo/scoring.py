@@ -153,21 +153,20 @@ def attribution_scores(model, tokenizer, format_sample, prompts: list[str], resp
     summed over `n_tokens[i]` equal slices of the response text (one per policy token), and the
     per-position scores are the running sum on top of `score - sum(response attributions)`, so
     increments are the attributions and the last position is the sequence's score, as with a
-    decoder's prefix scores. Texts are left-truncated to `max_length` like
-    `reward.scorer.encode_texts`, keeping the leading special token.
+    decoder's prefix scores. Texts are left-truncated to `max_length` as
+    `reward.scorer.encode_texts` does (`kept_positions`).
     """
+    from rlhf.pipeline.reward.scorer import kept_positions
+
     texts = [format_sample(p, r) for p, r in zip(prompts, responses)]
     starts = [len(format_sample(p, "")) for p in prompts]
     enc = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
     special = set(tokenizer.all_special_ids)
     rows, offsets = [], []
     for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
-        if len(ids) > max_length:
-            head = 1 if ids[0] in special else 0
-            keep = list(range(head)) + list(range(len(ids) - (max_length - head), len(ids)))
-            ids, offs = [ids[k] for k in keep], [offs[k] for k in keep]
-        rows.append(ids)
-        offsets.append(offs)
+        keep = kept_positions(ids, max_length, special)
+        rows.append([ids[k] for k in keep])
+        offsets.append([offs[k] for k in keep])
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     x = torch.full((len(rows), width), pad, dtype=torch.long)

@@ -49,13 +49,16 @@ def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str],
     texts = [format_sample(p, r) + eos for p, r in zip(prompts, responses)]
     ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
     special = set(tokenizer.all_special_ids)
-    out = []
-    for x in ids:
-        if len(x) > max_length:
-            head = x[:1] if x[0] in special else []
-            x = head + x[len(x) - (max_length - len(head)):]
-        out.append(x)
-    return out
+    return [[x[k] for k in kept_positions(x, max_length, special)] for x in ids]
+
+
+def kept_positions(ids: Sequence[int], max_length: int, special: set[int]) -> list[int]:
+    """Positions of `ids` that left-truncation to `max_length` keeps: the leading special token
+    (BOS / [CLS]) if there is one, then the last tokens."""
+    if len(ids) <= max_length:
+        return list(range(len(ids)))
+    head = 1 if ids[0] in special else 0
+    return list(range(head)) + list(range(len(ids) - (max_length - head), len(ids)))
 
 
 def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) -> dict[str, list]:
