@@ -119,8 +119,7 @@ class HFScorer:
 
 def has_token_head(model) -> bool:
     """A decoder RM whose `score` head maps every hidden state to a score (Llama-style)."""
-    return hasattr(model, "score") and not getattr(model.config, "is_encoder_decoder", False) \
-        and hasattr(model, "base_model_prefix")
+    return hasattr(model, "score")
 
 
 def can_attribute(model, tokenizer) -> bool:
