@@ -151,6 +151,9 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("tier", pa.int8(), nullable=False),  # 0 probe, 1 policy + light RM, 2 escalated
         pa.field("prompt_tokens", pa.int32(), nullable=False),
         pa.field("response_tokens", pa.int32(), nullable=False),
+        # tokens the policy generated for this row (pruned, regenerated and timed-out ones too);
+        # null in rows written before the step accounting existed
+        pa.field("generated_tokens", pa.int32()),
         pa.field("kl", pa.float32()),  # sum over response tokens of the per-token KL to reference
         pa.field("flags", pa.list_(pa.string()), nullable=False),  # timeout, pruned, resampled, ...
         pa.field("checkpoint_id", pa.string(), nullable=False),  # policy version that generated it
@@ -234,8 +237,16 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("clip_ratio", pa.float32()),
         pa.field("critic_loss", pa.float32()),
         pa.field("entropy", pa.float32()),
+        # the run's cost so far (pipeline/ppo/accounting.py): every generated token counts
+        pa.field("tokens_generated_cum", pa.int64()),
+        pa.field("tokens_trained_cum", pa.int64()),
+        pa.field("rollouts_started_cum", pa.int64()),
+        pa.field("rollouts_trained_cum", pa.int64()),
+        pa.field("light_rm_calls_cum", pa.int64()),
+        pa.field("strong_rm_calls_cum", pa.int64()),
+        pa.field("seconds_cum", pa.float32()),
         pa.field("logged_at", _TS, nullable=False),
-        doc="PPO training metrics per logged step (seed 000 §4.4).",
+        doc="PPO training metrics per logged step (seed 000 §4.4) and the run's cost so far.",
     ),
 }
 

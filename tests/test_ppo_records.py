@@ -234,3 +234,26 @@ def test_bad_strong_reward_or_gate_is_a_clean_error(tmp_path):
     res = runner.invoke(app, [*base, "--params", str(bad)])
     out = " ".join(res.output.split())
     assert res.exit_code == 2 and "escalate_below" in out and "Traceback" not in out
+
+
+def test_step_accounting_adds_up_to_the_stored_rows(tiered_run):
+    """Every generated token is counted: per step, tokens_generated is the sum of the rollout
+    rows' generated_tokens; the run's totals (metrics, summary.json, train_metrics) are the sums
+    of the steps; RM calls are what the tiers scored."""
+    rollouts = read_table("rollouts", tiered_run["store"] / "rollouts").to_pylist()
+    logged = [json.loads(x) for x in (tiered_run["out"] / "metrics.jsonl").read_text().splitlines()]
+    for m in logged:
+        rows = [r for r in rollouts if r["step"] == m["step"]]
+        assert m["tokens_generated"] == sum(r["generated_tokens"] for r in rows) > 0
+        assert m["rollouts_started"] == len(rows) == m["rollouts_trained"] + m["rollouts_skipped"]
+        assert m["strong_rm_calls"] == sum(r["tier"] == 2 for r in rows)
+        assert m["light_rm_calls"] >= sum(r["scorer"] != "fallback" for r in rows)
+        assert 0 < m["tokens_trained"] <= m["tokens_generated"]
+        assert all(m[f"seconds_{p}"] >= 0 for p in ("generate", "score", "update", "records"))
+    assert logged[-1]["tokens_generated_cum"] == sum(m["tokens_generated"] for m in logged)
+    summary = json.loads((tiered_run["out"] / "summary.json").read_text())
+    assert summary["cost"]["tokens_generated_cum"] == logged[-1]["tokens_generated_cum"]
+    tm = {r["step"]: r for r in read_table("train_metrics",
+                                           tiered_run["store"] / "train_metrics").to_pylist()}
+    assert tm[4]["tokens_generated_cum"] == logged[3]["tokens_generated_cum"]
+    assert tm[2]["strong_rm_calls_cum"] == logged[0]["strong_rm_calls"] + logged[1]["strong_rm_calls"]

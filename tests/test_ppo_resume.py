@@ -42,14 +42,16 @@ def _cmd(world, params, out, rollouts, *extra):
 def _rows(folder: Path, table: str = "rollouts") -> list[dict]:
     rows = read_table(table, folder).to_pylist()
     for r in rows:
-        for stamp in ("created_at", "scored_at", "logged_at"):
-            r.pop(stamp, None)  # wall-clock time, the one field that may differ
+        for stamp in ("created_at", "scored_at", "logged_at", "seconds_cum"):
+            r.pop(stamp, None)  # wall-clock times, the fields that may differ
     return sorted(rows, key=lambda r: (r["step"], r.get("prompt_id") or "",
                                        r.get("response_hash") or "", r.get("rm_name") or ""))
 
 
 def _metrics(out: Path) -> list[dict]:
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    """Every metric of every step except wall times (seconds_*), which no two runs share."""
+    return [{k: v for k, v in json.loads(x).items() if not k.startswith("seconds")}
+            for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):

@@ -43,6 +43,7 @@ import pyarrow as pa
 import torch
 
 from rlhf.pipeline.ppo import core
+from rlhf.pipeline.ppo.accounting import StepCost, Totals, rm_tokens
 from rlhf.pipeline.ppo.config import (PPOConfig, attn_implementation,
                                       check_gradient_accumulation)
 from rlhf.pipeline.ppo.critic import (build_critic, critic_loss, pack_right,
@@ -246,6 +247,7 @@ class PPOTrainer:
         keys_for(pa.array([p[0] for p in prompts], pa.string()))
         self.current_step = 0
         self._last_suggestions: set[str] = set()
+        self.totals = Totals()  # the run's cumulative cost (accounting.py), checkpointed
 
     # ----------------------------------------------------------------- the run
     def train(self, resume: bool = False) -> dict:
@@ -274,23 +276,43 @@ class PPOTrainer:
     def step(self, step: int) -> dict:
         """One PPO step; returns its metrics (already logged)."""
         self.current_step = step
+        cost = StepCost()
         batch = self._my_share(self.sampler.next_batch(self.cfg.batch_size * self.world))
         version = self.paths.checkpoint_id(step - 1)
-        r = self.generate(batch, version)
-        self.score(r)
-        self.forward_logprobs(r)
-        self.critic_values(r)
-        sched = self.advantages(r, step)
-        stats = (self.ppo_epochs(r, sched["clip_range"], step) if sched["trainable"]
-                 else self._no_update())
-        metrics = self.log(step, r, sched, stats)
-        self.write_records(step, r)
+        with cost.phase("generate"):
+            r = self.generate(batch, version)
+        cost.add_generated(sum(r.extras["generated_tokens"]), len(r))
+        with cost.phase("score"):
+            self.score(r, cost)
+        with cost.phase("logprobs"):
+            self.forward_logprobs(r)
+        with cost.phase("critic"):
+            self.critic_values(r, cost)
+        with cost.phase("update"):
+            sched = self.advantages(r, step)
+            stats = (self.ppo_epochs(r, sched["clip_range"], step) if sched["trainable"]
+                     else self._no_update())
+        cost.tokens_trained = int(r.loss_mask.sum())
+        cost.rollouts_trained = int(r.valid.sum())
+        cost.rollouts_skipped = len(r) - cost.rollouts_trained
+        with cost.phase("records"):
+            self.write_records(step, r)
+        metrics = self.log(step, r, sched, stats, self._account(cost))
         del r
         self._release_memory()
         return metrics
 
     def _my_share(self, batch: list) -> list:
         return batch[self.rank::self.world]
+
+    def _account(self, cost: StepCost) -> dict:
+        """The step's cost summed over processes, added to the run's totals; as metrics."""
+        if self.world > 1:
+            from accelerate.utils import gather_object
+
+            cost = StepCost.merged(gather_object([cost]))
+        self.totals.add(cost)
+        return {**cost.as_metrics(), **self.totals.as_metrics()}
 
     # ----------------------------------------------------------------- generate (§4.3)
     @torch.no_grad()
@@ -325,10 +347,11 @@ class PPOTrainer:
                 f.append("generation_error")
             self._event("generation_error", error=str(exc)[:200])
         fallback = tok(FALLBACK_RESPONSE, add_special_tokens=False)["input_ids"] or [self.eos_id]
-        responses, valid = [], []
+        responses, valid, generated = [], [], []
         for i, g in enumerate(gen):
             cut = g.index(self.eos_id) + 1 if self.eos_id in g else None
             g = g[:cut] if cut else [t for t in g if t != self.pad_id]
+            generated.append(len(g))  # what the policy spent, whatever happens to the sample
             unfinished = cut is None and len(g) < cfg.max_new_tokens
             if not g or flags[i] or (timed_out and unfinished):
                 flags[i].append("timeout" if timed_out else "fallback")
@@ -352,7 +375,8 @@ class PPOTrainer:
         return Rollout(prompt_ids=ids, prompts=texts, responses=texts_out,
                        query=enc["input_ids"], query_mask=enc["attention_mask"],
                        response=resp.to(dev), response_mask=resp_mask.to(dev),
-                       valid=torch.tensor(valid, device=dev), flags=flags, policy_version=version)
+                       valid=torch.tensor(valid, device=dev), flags=flags, policy_version=version,
+                       extras={"generated_tokens": generated})
 
     def _rollout_dropout(self, model):
         """Seed 001 §5.2: optionally keep dropout active while sampling (off by default)."""
@@ -383,14 +407,22 @@ class PPOTrainer:
 
     # ----------------------------------------------------------------- score and log-probs
     @torch.no_grad()
-    def score(self, r: Rollout) -> None:
-        """Level 1: the light RM scores every rollout. Level 2 (seed 001 §4.1): with a strong RM,
-        valid rollouts whose light-RM confidence is below `escalate_below` are re-scored by it,
-        and its score (and confidence) replace the light RM's for PPO."""
+    def score(self, r: Rollout, cost: StepCost | None = None) -> None:
+        """Level 1: the light RM scores every valid rollout (a fallback earns no score: 0 and
+        no gradient, stored as a null reward). Level 2 (seed 001 §4.1): with a strong RM, valid
+        rollouts whose light-RM confidence is below `escalate_below` are re-scored by it, and
+        its score (and confidence) replace the light RM's for PPO."""
         dev = self.acc.device
-        scores, conf = self.scorer.score(r.prompts, r.responses)
-        r.level1_scores = torch.as_tensor(scores, dtype=torch.float32, device=dev)
-        r.level1_confidence = torch.as_tensor(conf, dtype=torch.float32, device=dev)
+        cost = cost or StepCost()
+        r.level1_scores = torch.zeros(len(r), dtype=torch.float32, device=dev)
+        r.level1_confidence = torch.zeros(len(r), dtype=torch.float32, device=dev)
+        ok = r.valid.nonzero().flatten().tolist()
+        if ok:
+            prompts, resps = [r.prompts[i] for i in ok], [r.responses[i] for i in ok]
+            scores, conf = self.scorer.score(prompts, resps)
+            cost.add_rm("light", len(ok), rm_tokens(self.scorer, prompts, resps))
+            r.level1_scores[ok] = torch.as_tensor(scores, dtype=torch.float32, device=dev)
+            r.level1_confidence[ok] = torch.as_tensor(conf, dtype=torch.float32, device=dev)
         r.scores, r.confidence = r.level1_scores.clone(), r.level1_confidence.clone()
         r.escalated = torch.zeros(len(r), dtype=torch.bool, device=dev)
         if self.strong_scorer is None or self.cfg.escalate_below <= 0:
@@ -399,8 +431,9 @@ class PPOTrainer:
         idx = r.escalated.nonzero().flatten()
         if len(idx):
             chosen = idx.tolist()
-            s, c = self.strong_scorer.score([r.prompts[i] for i in chosen],
-                                            [r.responses[i] for i in chosen])
+            s_prompts, s_resps = [r.prompts[i] for i in chosen], [r.responses[i] for i in chosen]
+            s, c = self.strong_scorer.score(s_prompts, s_resps)
+            cost.add_rm("strong", len(chosen), rm_tokens(self.strong_scorer, s_prompts, s_resps))
             r.scores[idx] = torch.as_tensor(s, dtype=torch.float32, device=dev)
             r.confidence[idx] = torch.as_tensor(c, dtype=torch.float32, device=dev)
 
@@ -437,25 +470,28 @@ class PPOTrainer:
 
     # ----------------------------------------------------------------- critic (§3.2)
     @torch.no_grad()
-    def critic_values(self, r: Rollout) -> None:
+    def critic_values(self, r: Rollout, cost: StepCost | None = None) -> None:
         prompt_tok = [q[m.bool()].tolist() for q, m in zip(r.query, r.query_mask)]
         resp_tok = [g[m].tolist() for g, m in zip(r.response, r.response_mask)]
         window = self.cfg.critic_max_tokens if self.cfg.critic == "light" else None
         ids, mask, start = pack_right(prompt_tok, resp_tok, self.pad_id, window)
         r.critic_ids, r.critic_mask = ids.to(self.acc.device), mask.to(self.acc.device)
         r.critic_start = start.to(self.acc.device)
-        r.key_weights = self._key_weights(r, prompt_tok, resp_tok, mask)
+        r.key_weights = self._key_weights(r, prompt_tok, resp_tok, mask, cost or StepCost())
         critic = self.acc.unwrap_model(self.critic).eval()
         out = critic(r.critic_ids, r.critic_mask, r.key_weights)
         r.values = response_values(out, r.critic_mask, r.critic_start, r.response.shape[1])
         r.values = r.values * r.response_mask
 
-    def _key_weights(self, r: Rollout, prompt_tok, resp_tok, mask) -> torch.Tensor | None:
+    def _key_weights(self, r: Rollout, prompt_tok, resp_tok, mask, cost: StepCost
+                     ) -> torch.Tensor | None:
         cfg = self.cfg
         if cfg.critic != "light" or not cfg.reward_attention_on or \
                 not hasattr(self.scorer, "token_scores"):
             return None
         ts = self.scorer.token_scores(r.prompts, r.responses, [len(t) for t in resp_tok])
+        # a second light-RM pass (per-token attributions): it costs what a call costs
+        cost.add_rm("light", len(r), rm_tokens(self.scorer, r.prompts, r.responses))
         L = mask.shape[1]
         prefix = torch.zeros(mask.shape)
         resp_pos = torch.zeros(mask.shape, dtype=torch.bool)
@@ -590,7 +626,7 @@ class PPOTrainer:
         return bool(ok.item() == 1.0)
 
     # ----------------------------------------------------------------- logging (§4.4)
-    def log(self, step: int, r: Rollout, sched: dict, stats: dict) -> dict:
+    def log(self, step: int, r: Rollout, sched: dict, stats: dict, cost: dict) -> dict:
         valid = self._gather(r.valid.float())
         all_valid = valid.bool()
         scores = self._gather(r.scores)[all_valid]
@@ -612,6 +648,7 @@ class PPOTrainer:
             "gae_lambda": sched["gae_lambda"], "batch_kl": sched["batch_kl"],
             "rm_refresh": sched["rm_refresh"],
             "response_len_mean": float(self._gather(r.response_lengths.float()).mean()),
+            **cost,
         }
         diag = stats.get("grad_diagnosis")
         if diag and diag["peak_log10"] is not None:
@@ -650,7 +687,11 @@ class PPOTrainer:
                 "rollout_success": value("rollout_success_rate"), "rew_mean": value("reward_mean"),
                 "rew_std": value("reward_std"), "kl_div": value("kl_div_mean"),
                 "clip_ratio": value("clip_ratio"), "critic_loss": value("critic_loss"),
-                "entropy": value("entropy_mean"), "logged_at": datetime.now(UTC)}
+                "entropy": value("entropy_mean"),
+                **{f"{k}_cum": m[f"{k}_cum"] for k in (
+                    "tokens_generated", "tokens_trained", "rollouts_started", "rollouts_trained",
+                    "light_rm_calls", "strong_rm_calls")},
+                "seconds_cum": m["seconds_cum"], "logged_at": datetime.now(UTC)}
 
     def _csv_line(self, m: dict) -> None:
         path = self.paths.out / "metrics.csv"
@@ -700,11 +741,12 @@ class PPOTrainer:
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
             "response_hash": content_hash(r.responses[i]),
-            "reward": float(r.scores[i]),
+            "reward": float(r.scores[i]) if bool(r.valid[i]) else None,
             "scorer": ("fallback" if not bool(r.valid[i])
                        else names[1] if bool(r.escalated[i]) else names[0]),
             "tier": 2 if bool(r.escalated[i]) else 1, "prompt_tokens": int(r.query_mask[i].sum()),
-            "response_tokens": int(r.response_mask[i].sum()), "kl": float(kl_seq[i]),
+            "response_tokens": int(r.response_mask[i].sum()),
+            "generated_tokens": int(r.extras["generated_tokens"][i]), "kl": float(kl_seq[i]),
             "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
             "prompt_text": r.prompts[i] if debug else None,
             "response_text": r.responses[i] if debug else None,
@@ -765,6 +807,7 @@ class PPOTrainer:
         return {"step": step, "sampler": self.sampler.state_dict(),
                 "kl_controller": self.kl_ctl.state_dict(),
                 "collapse": self.collapse.state_dict(), "gradmon": self.gradmon.state_dict(),
+                "totals": self.totals.state_dict(),
                 "config": asdict(self.cfg), "world_size": self.world,
                 "parent_checkpoint": self.parent_checkpoint}
 
@@ -825,6 +868,8 @@ class PPOTrainer:
         self.kl_ctl.load_state_dict(state["kl_controller"])
         self.collapse.load_state_dict(state["collapse"])
         self.gradmon.load_state_dict(state["gradmon"])
+        if "totals" in state:
+            self.totals.load_state_dict(state["totals"])
         rng = torch.load(ckpt / f"rng-rank{self.rank}.pt", weights_only=False)
         random.setstate(rng["python"])
         torch.set_rng_state(rng["torch"])
@@ -888,7 +933,8 @@ class PPOTrainer:
             torch.save(self.acc.unwrap_model(self.critic).state_dict(),
                        self.paths.out / "critic.pt")
             summary = {"run_id": self.paths.run_id, "steps": self.cfg.total_steps,
-                       "world_size": self.world, "final": last}
+                       "world_size": self.world, "final": last,
+                       "cost": self.totals.as_metrics()}
             (self.paths.out / "summary.json").write_text(json.dumps(summary, indent=1))
             self.writer.close()
         self.acc.wait_for_everyone()

@@ -1,0 +1,113 @@
+"""What a PPO step costs: tokens, rollouts, reward-model calls and seconds per phase.
+
+The x-axes of the rollout-economy benchmark (bench/economy.py) and of every saving claim: a
+feature that prunes, replaces or screens samples must still pay for every token the policy
+generated. One `StepCost` per step goes into metrics.jsonl, summary.json and `train_metrics`;
+`Totals` keeps the run's cumulative sums (checkpointed, so a resumed run counts on exactly).
+
+    python -c "from rlhf.pipeline.ppo.accounting import StepCost; c = StepCost(); \
+c.add_generated(48); print(c.as_metrics())"
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+
+PHASES = ("generate", "score", "logprobs", "critic", "update", "records")
+
+
+@dataclass
+class StepCost:
+    """One step's bill (this process; `merged` sums the processes)."""
+
+    tokens_generated: int = 0   # every token the policy sampled: kept, pruned, replaced, screened
+    tokens_trained: int = 0     # response tokens that reach the PPO loss (loss mask)
+    rollouts_started: int = 0   # sequences generation was started for (resamples included)
+    rollouts_trained: int = 0   # rollouts whose tokens reach the update
+    rollouts_skipped: int = 0   # started but kept out of the update (fallback, pruned, gated)
+    prompts_screened: int = 0   # prompts a prompt gate looked at and did not roll out
+    light_rm_calls: int = 0     # texts the light RM scored
+    light_rm_tokens: int = 0    # tokens it read
+    strong_rm_calls: int = 0
+    strong_rm_tokens: int = 0
+    seconds: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})
+
+    def add_generated(self, n_tokens: int, n_sequences: int = 1) -> None:
+        self.tokens_generated += int(n_tokens)
+        self.rollouts_started += int(n_sequences)
+
+    def add_rm(self, tier: str, n_texts: int, n_tokens: int) -> None:
+        setattr(self, f"{tier}_rm_calls", getattr(self, f"{tier}_rm_calls") + int(n_texts))
+        setattr(self, f"{tier}_rm_tokens", getattr(self, f"{tier}_rm_tokens") + int(n_tokens))
+
+    @contextmanager
+    def phase(self, name: str):
+        """Adds the wall seconds of the block to phase `name` (one of PHASES)."""
+        if name not in self.seconds:
+            raise KeyError(f"unknown phase {name!r}; phases: {PHASES}")
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t
+
+    def counts(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seconds"}
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat metrics: the counts, and `seconds_<phase>` for each phase."""
+        out: dict[str, float] = dict(self.counts())
+        out.update({f"seconds_{p}": round(s, 4) for p, s in self.seconds.items()})
+        return out
+
+    @staticmethod
+    def merged(parts: list[StepCost]) -> StepCost:
+        """The sum over processes (counts add; seconds: the slowest process, as the step waits)."""
+        total = StepCost()
+        for p in parts:
+            for k, v in p.counts().items():
+                setattr(total, k, getattr(total, k) + v)
+            for k, s in p.seconds.items():
+                total.seconds[k] = max(total.seconds[k], s)
+        return total
+
+
+COUNTERS = tuple(f.name for f in fields(StepCost) if f.name != "seconds")
+
+
+@dataclass
+class Totals:
+    """Cumulative counts of a run (`<counter>_cum` in the metrics), part of the checkpoint."""
+
+    sums: dict = field(default_factory=lambda: {k: 0 for k in COUNTERS})
+    seconds: float = 0.0
+
+    def add(self, cost: StepCost) -> None:
+        for k, v in cost.counts().items():
+            self.sums[k] = self.sums.get(k, 0) + v
+        self.seconds += sum(cost.seconds.values())
+
+    def as_metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {f"{k}_cum": v for k, v in self.sums.items()}
+        out["seconds_cum"] = round(self.seconds, 3)
+        return out
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sums = {k: int(state["sums"].get(k, 0)) for k in COUNTERS}
+        self.seconds = float(state["seconds"])
+
+
+def rm_tokens(scorer, prompts: list[str], responses: list[str]) -> int:
+    """Tokens a reward model reads for these texts (its own tokenizer, its truncation), or the
+    whitespace word count when the scorer exposes no tokenizer."""
+    tok = getattr(scorer, "tokenizer", None)
+    limit = getattr(scorer, "max_length", None) or 10**9
+    if tok is None:
+        return sum(min(len(f"{p} {r}".split()), limit) for p, r in zip(prompts, responses))
+    enc = tok([f"{p} {r}" for p, r in zip(prompts, responses)], add_special_tokens=True)
+    return sum(min(len(ids), limit) for ids in enc["input_ids"])
