@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from rlhf.pipeline.config import ConfigError, build, load_section
-from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation, check_gradient_accumulation
+from rlhf.pipeline.ppo.config import (PLAIN_PPO, PPOConfig, attn_implementation,
+                                      check_gradient_accumulation, features_on, plain)
 
 
 def test_params_yaml_ppo_section_loads(repo):
@@ -16,13 +17,20 @@ def test_params_yaml_ppo_section_loads(repo):
     assert cfg.lambda_eps_table == ((0, 0.92, 0.10), (1000, 0.95, 0.15), (5000, 0.98, 0.08))
 
 
-def test_defaults_are_plain_ppo():
+def test_defaults_are_plain_ppo(repo):
     cfg = PPOConfig()
     switches = [f.name for f in dataclasses.fields(cfg)
-                if f.name.endswith("_on") and f.name not in ("gradnorm_diagnostics_on",
-                                                              "reward_attention_on")]
+                if f.name.endswith("_on") and f.name != "gradnorm_diagnostics_on"]
     assert switches and not any(getattr(cfg, s) for s in switches)
-    assert cfg.rollout_dropout_on is False and cfg.debug_rollouts is False
+    assert set(switches) <= set(PLAIN_PPO)  # every switch is listed with its plain value
+    assert cfg.critic == "full" and cfg.escalate_below == 0.0 and cfg.debug_rollouts is False
+    assert features_on(cfg) == {} and plain(cfg) == cfg
+    seed = load_section(repo / "params.yaml", "ppo")
+    assert features_on(plain(seed)) == {}
+    on = features_on(seed)
+    assert on and all(getattr(plain(seed), k) == PLAIN_PPO[k] for k in on)
+    # plain() changes the switches only: budget and sampling stay the run's
+    assert (plain(seed).total_steps, plain(seed).temperature) == (seed.total_steps, seed.temperature)
 
 
 @pytest.mark.parametrize("data, needle", [

@@ -69,14 +69,14 @@ class PPOConfig:
     rollout_dropout_on: bool = False
     rollout_dropout: float = 0.1
     # critic (seed 000 §3.2)
-    critic: Literal["light", "full"] = "light"
+    critic: Literal["light", "full"] = "full"  # full: a copy of the policy with a value head
     critic_hidden_size: int = 1024
     critic_layers: int = 3
     critic_heads: int = 8
     critic_max_tokens: int = 256
     critic_huber_delta: float = 1.0
     critic_kl_reg_coef: float = 0.01
-    reward_attention_on: bool = True
+    reward_attention_on: bool = False  # light critic only: weights keys by the RM's prefix scores
     reward_attention_high: float = 1.2
     reward_attention_low: float = 0.8
     reward_attention_frac: float = 0.25
@@ -128,6 +128,35 @@ class PPOConfig:
             check_lambda_eps_table(self.lambda_eps_table)
         except ValueError as exc:
             raise ConfigError(f"ppo.{exc}") from None
+
+
+# The switches that make a run something other than plain PPO, with their plain-PPO values (the
+# PPOConfig defaults). `plain(cfg)` is the baseline arm of bench/economy.py; the README's PPO
+# section lists what params.yaml turns on. Diagnostics that never change an update
+# (gradnorm_diagnostics_on, debug_rollouts) are not among them.
+PLAIN_PPO: dict[str, object] = {
+    "critic": "full",
+    "reward_attention_on": False,
+    "lambda_eps_table_on": False,
+    "adaptive_clip_on": False,
+    "kl_warmup_on": False,
+    "collapse_detector_on": False,
+    "rollout_dropout_on": False,
+    "escalate_below": 0.0,
+}
+
+
+def plain(cfg: PPOConfig) -> PPOConfig:
+    """`cfg` with every feature switch at its plain-PPO value (budget, sampling, learning rates
+    and the rest unchanged): the baseline every rollout-economy claim is a ratio against."""
+    from dataclasses import replace
+
+    return replace(cfg, **PLAIN_PPO)
+
+
+def features_on(cfg: PPOConfig) -> dict[str, object]:
+    """{switch: value} of the switches where `cfg` differs from plain PPO."""
+    return {k: getattr(cfg, k) for k, v in PLAIN_PPO.items() if getattr(cfg, k) != v}
 
 
 def attn_implementation(requested: str = "auto") -> str:
