@@ -13,6 +13,7 @@ import ppo_tiny
 from rlhf.pipeline.config import build
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.config import PPOConfig
+from rlhf.pipeline.ppo.generate import rollout_dropout
 from rlhf.pipeline.ppo.trainer import CSV_COLUMNS, PPOTrainer, RunPaths, load_prompts
 from rlhf.store.hashing import content_hash
 from rlhf.store.io import read_table
@@ -217,12 +218,12 @@ def test_rollout_dropout_is_active_only_while_sampling(tmp_path):
     model = tr.acc.unwrap_model(tr.policy)
     attn = [m for m in model.modules() if isinstance(getattr(m, "attention_dropout", None), float)]
     assert attn and all(m.attention_dropout == 0.0 for m in attn)
-    with tr._rollout_dropout(model):
+    with rollout_dropout(model, tr.cfg):
         assert model.training and all(m.attention_dropout == 0.5 for m in attn)
     assert not model.training and all(m.attention_dropout == 0.0 for m in attn)
     off = make_trainer(tmp_path / "off")
     m2 = off.acc.unwrap_model(off.policy)
-    with off._rollout_dropout(m2):
+    with rollout_dropout(m2, off.cfg):
         assert not m2.training  # default (seed 001 §5.2 is opt-in): plain eval-mode sampling
 
 
@@ -244,7 +245,7 @@ def test_policy_never_samples_the_pad_token(tmp_path):
     assert bool(r.valid.all()) and r.response[:, 0].tolist() == [tr.eos_id] * 4
     tr.score(r)
     tr.forward_logprobs(r)
-    tr.critic_values(r)  # the critic's mask assertion holds
+    tr.learner.values(r, tr.pad_id)  # the critic's mask assertion holds
 
 
 def test_grad_norm_diagnosis_is_warned_once_and_logged_every_step(tmp_path):
