@@ -90,10 +90,10 @@ class PPOConfig:
     csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
     debug_rollouts: bool = False  # seed 001 §5.2: full text only in debug rollout mode
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
-    # held-out gold evaluation of the SFT and the PPO policy (pipeline/ppo/evaluate.py), with
-    # the same sampling for both; 0 new tokens = no evaluation
-    eval_max_new_tokens: int = 64
-    eval_temperature: float = 0.7
+    # held-out gold evaluation of the SFT and the PPO policy after training (`rlhf ppo
+    # --heldout-store`, pipeline/ppo/evaluate.py): both sampled as PPO samples (temperature,
+    # top_p, max_new_tokens above), the same as the eval stage and bench/economy.py
+    heldout_eval: bool = True
     eval_seed: int = 0
 
     def __post_init__(self) -> None:
