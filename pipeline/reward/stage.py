@@ -51,6 +51,8 @@ class RewardConfig:
     light: LightConfig = field(default_factory=LightConfig)
     rollout_prompts: int = 300  # pool prompts (ppo split) sampled for the light RM's distillation
     rollout_k: int = 4  # responses per rollout prompt
+    onpolicy_k: int = 6  # SFT samples per ppo-split prompt, at PPO's sampling settings, for the
+    # headline on-policy Spearman of each RM vs gold (pipeline/reward/onpolicy.py); 0 = skip
     eval_prompts: int = 100  # unseen (eval-split) prompts for the RM-vs-gold Spearman
     eval_k: int = 2
     eval_demo_candidates: int = 0  # + demonstrations of the topic per eval prompt (needs --demos)
@@ -277,7 +279,10 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None,
-        log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None) -> dict[str, Any]:
+    """Train, calibrate, distil and report. `ppo_sampling` (generation.Sampling): how PPO will
+    sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
+    None: this section's temperature, top-p 1."""
     import torch
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
@@ -449,7 +454,16 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
     })
 
-    # 5. annotator drift, external human preferences -------------------------------------------
+    # 5. on PPO's own distribution: SFT samples of the ppo-split prompts as PPO samples them ----
+    if cfg.onpolicy_k:
+        metrics["onpolicy"] = onpolicy_figures(cfg, policy, ptok, rollout_prompts, strong, light,
+                                               judge, ppo_sampling, log)
+        for rm in ("strong", "light"):
+            metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
+            metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
+                metrics["onpolicy"][rm]["spearman_within_prompt"]
+
+    # 6. annotator drift, external human preferences -------------------------------------------
     metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
     metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
@@ -457,6 +471,30 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
         Path(metrics_path).write_text(json.dumps(_jsonable(metrics), indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str], strong, light,
+                     judge, sampling, log) -> dict[str, Any]:
+    """Each RM's Spearman vs gold on `onpolicy_k` fresh SFT samples per ppo-split prompt at
+    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py)."""
+    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
+
+    sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)
+    log(f"sampling {len(prompts)} x {cfg.onpolicy_k} responses as PPO samples them "
+        f"(T {sampling.temperature}, top-p {sampling.top_p}) for the on-policy Spearman")
+    data = onpolicy_set(policy, tokenizer, prompts, cfg.onpolicy_k, sampling.temperature,
+                        sampling.top_p, sampling.max_new_tokens, cfg.seed + 3, cfg.batch_size,
+                        judge)
+    out: dict[str, Any] = {"n_prompts": len(prompts), "k": cfg.onpolicy_k,
+                           "sampling": {"temperature": sampling.temperature,
+                                        "top_p": sampling.top_p,
+                                        "max_new_tokens": sampling.max_new_tokens},
+                           "gold_mean": sum(data.gold) / max(len(data), 1)}
+    for name, scorer in (("strong", strong), ("light", light)):
+        rewards, _ = scorer(data.prompts, data.responses)
+        out[name] = onpolicy_report([float(x) for x in rewards], data)
+    return out
 
 
 def _sign_bins(conf: Sequence[float], ok: Sequence[bool],
