@@ -43,6 +43,15 @@ def events(tmp_path):
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def test_adaptive_clip_reads_the_per_token_kl_when_asked(tmp_path):
+    tr = make_trainer(tmp_path, total_steps=3, adaptive_clip_kl="token")
+    tr.train()
+    for x in metrics(tmp_path):
+        kl = x["batch_kl"]
+        assert x["clip_range"] == (0.1 if kl > 0.1 else 0.02 if kl < 0.02 else 0.1)
+    assert metrics(tmp_path)[0]["clip_range"] == 0.02  # step 1: the policy is the reference
+
+
 def test_loop_logs_records_and_checkpoints(tmp_path):
     tr = make_trainer(tmp_path, total_steps=4)
     before = {k: v.clone() for k, v in tr.acc.unwrap_model(tr.policy).state_dict().items()}
@@ -53,8 +62,10 @@ def test_loop_logs_records_and_checkpoints(tmp_path):
         assert all(math.isfinite(x[k]) for k in SIX)
         assert x["rollout_success_rate"] == 1.0
         assert x["gae_lambda"] == 0.92  # λ-ε table, first phase (seed 000 §3.3)
-        # adaptive clip (seed 001 §5.2) on top of the table's ε = 0.1
-        expected = 0.1 if x["batch_kl"] > 0.1 else 0.02 if x["batch_kl"] < 0.02 else 0.1
+        # adaptive clip (seed 001 §5.2) on top of the table's ε = 0.1, from the batch's KL
+        # per response (adaptive_clip_kl: sequence, the default)
+        kl = x["kl_div_mean"]
+        expected = 0.1 if kl > 0.1 else 0.02 if kl < 0.02 else 0.1
         assert x["clip_range"] == expected
     assert [x["kl_coef"] for x in m] == pytest.approx([0.0, 0.05 / 3, 0.1 / 3, 0.05])  # warm-up
     # seed 000 §4.4: a CSV line every `csv_every` (2) steps, exactly the six metrics

@@ -51,6 +51,11 @@ class PPOConfig:
     adaptive_clip_low: float = 0.02
     adaptive_clip_high: float = 0.1
     adaptive_clip_between: Literal["keep", "interpolate"] = "keep"
+    # what "the batch KL" is: "sequence" = the mean over rollouts of the KL summed over a
+    # response (what TRL and OpenRLHF log as the KL); "token" = the mean per-token KL. At the
+    # start of a run the policy is the reference, so every per-token KL is below 0.02 and the
+    # seed's rule pins ε at 0.02, which keeps it there (README, "Does it learn")
+    adaptive_clip_kl: Literal["sequence", "token"] = "sequence"
     # seed 001 §5.1: kl_coef from 0 to kl_coef over the first steps
     kl_warmup_on: bool = False
     kl_warmup_steps: int = 100

@@ -72,9 +72,11 @@ class Learner:
         lam, clip = (lambda_eps(step - 1, cfg.lambda_eps_table) if cfg.lambda_eps_table_on
                      else (cfg.gae_lambda, cfg.clip_range))
         mask = r.loss_mask
-        batch_kl = dist.global_mean(r.kl, mask)
+        batch_kl = dist.global_mean(r.kl, mask)  # per token
         if cfg.adaptive_clip_on:
-            clip = adaptive_clip(batch_kl, clip, cfg.adaptive_clip_kl_low, cfg.adaptive_clip_kl_high,
+            kl = batch_kl if cfg.adaptive_clip_kl == "token" else dist.global_mean(
+                r.kl.sum(1), r.valid.to(r.kl.dtype))  # per sequence
+            clip = adaptive_clip(kl, clip, cfg.adaptive_clip_kl_low, cfg.adaptive_clip_kl_high,
                                  cfg.adaptive_clip_low, cfg.adaptive_clip_high,
                                  cfg.adaptive_clip_between)
         rewards = dist.gather(r.scores)[dist.gather(r.valid)]
