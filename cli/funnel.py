@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.text import Text
 from rlhf.cli.common import add_plain_row, data_table, fail, plain
 
 console = Console()
@@ -68,17 +69,19 @@ def ingest(
             add_plain_row(table, code, f"{result.by_reason[code]:,}", meaning)
     console.print(table)
     for name, c in result.by_file.items():
+        blank = f", skipped {c['skipped']:,} blank line(s)" if c["skipped"] else ""
         console.print(plain(f"  {name}: {c['input']:,} rows, kept {c['kept']:,}, rejected "
-                            f"{c['rejected']:,}"), highlight=False)
+                            f"{c['rejected']:,}{blank}"), highlight=False)
     if result.skipped_files:
         console.print(plain(f"  skipped (unknown format): {', '.join(result.skipped_files)}"),
                       highlight=False)
-    ok = result.input_rows == result.kept + result.rejected
-    console.print(f"input {result.input_rows:,} = kept {result.kept:,} + rejected "
-                  f"{result.rejected:,} [{'green' if ok else 'red'}]{'ok' if ok else 'BROKEN'}[/]; "
-                  f"external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} unaligned "
-                  f"skipped); tokens: {result.tokenizer}",
-                  highlight=False)
+    ok = result.adds_up
+    console.print(Text.assemble(
+        plain(f"input {result.input_rows:,} = kept {result.kept:,} + rejected {result.rejected:,}"
+              f" + skipped (blank lines) {result.skipped:,} "),
+        ("ok" if ok else "BROKEN", "green" if ok else "red"),
+        plain(f"; external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} "
+              f"unaligned skipped); tokens: {result.tokenizer}")), highlight=False)
 
 
 def dedup(
