@@ -34,10 +34,17 @@ def eval_cmd(
         ppo_cfg = load_section(params, "ppo")
     except ConfigError as exc:
         fail(str(exc))
-    for name, path in (("sft", sft), ("ppo", ppo), ("light-rm", light_rm),
-                       ("strong-rm", strong_rm), ("prompts", prompts)):
-        if not path.exists():
-            fail(f"--{name} {path} does not exist")
+    if not prompts.exists():
+        fail(f"--prompts {prompts} does not exist")
+    from rlhf.pipeline import model_folders as mf
+
+    try:  # each model folder: missing, truncated or the wrong kind is one error naming it
+        mf.check_policy(sft, "--sft")
+        mf.check_ppo_run(ppo, "--ppo")
+        mf.check_scorer(light_rm, "--light-rm", plain_allowed=True)
+        mf.check_scorer(strong_rm, "--strong-rm", plain_allowed=True)
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
     from rlhf.pipeline.eval import run
 
     try:

@@ -45,6 +45,21 @@ def _need_dir(path: Path | None, what: str) -> None:
         fail(f"{what} {path} is not a folder")
 
 
+def _need_model(kind: str, path: Path | None, what: str) -> None:
+    """Fail with one error line naming `path` unless it is a readable model folder of `kind`
+    (policy, scorer, tokenizer, model_config): missing, truncated or the wrong kind."""
+    from rlhf.pipeline import model_folders as mf
+
+    checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
+              "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config}
+    if path is None:
+        return
+    try:
+        checks[kind](path, what)
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -81,8 +96,10 @@ def sft(
     if not cfg.base_model:
         if tokenizer is None or model_config is None:
             fail("the embedded default (sft.base_model empty) needs --tokenizer and --model-config")
-        _need_dir(tokenizer, "--tokenizer")
-        _need_dir(model_config, "--model-config")
+        _need_model("tokenizer", tokenizer, "--tokenizer")
+        _need_model("model_config", model_config, "--model-config")
+    elif Path(cfg.base_model).exists():  # a local folder (else a hub name, offline: an OSError)
+        _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
         m = run(cfg, demos, out, metrics, tokenizer, model_config)
@@ -113,7 +130,7 @@ def preferences(
     from rlhf.pipeline.preferences import run
 
     cfg = _config(params, "preferences")
-    _need_dir(policy, "--policy")
+    _need_model("policy", policy, "--policy")
     if pool is None and demos is None:
         fail("give --pool or --demos")
     if pool is not None and not pool.is_dir() and demos is None:
@@ -165,7 +182,7 @@ def reward(
 
     cfg = _config(params, "reward")
     _need_dir(preferences_dir, "--preferences")
-    _need_dir(sft_dir, "--sft")
+    _need_model("policy", sft_dir, "--sft")
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
@@ -237,8 +254,8 @@ def difficulty(
     from rlhf.pipeline.difficulty import run
 
     cfg = _config(params, "difficulty")
-    _need_dir(policy, "--policy")
-    _need_dir(reward_model, "--reward-model")
+    _need_model("policy", policy, "--policy")
+    _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
     if pool is None and demos is None:
         fail("give --pool or --demos")

@@ -190,11 +190,10 @@ def load_scorer(path: str | Path, aggregation: str | None = None,
     """The scorer saved in folder `path` (see the module docstring)."""
     from rlhf.pipeline.policy import load_tokenizer
 
-    path = Path(path)
-    meta_path = path / SCORER_FILE
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"no {SCORER_FILE} in {path}: not a reward-model folder")
-    meta = json.loads(meta_path.read_text())
+    from rlhf.pipeline.model_folders import check_scorer
+
+    path = check_scorer(path)  # missing, truncated or wrong kind: a ModelFolderError naming it
+    meta = json.loads((path / SCORER_FILE).read_text())
     models = [load_rm(path / m) for m in meta["members"]]
     tokenizer = load_tokenizer(path / meta["members"][0])
     return Scorer(models, tokenizer, meta["references"], meta["temperature"],
