@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.store.hashing import content_hash
-from rlhf.store.io import ShardWriter, staged_tables
+from rlhf.store.io import ShardWriter, staged_tables, write_text_atomic
 from rlhf.store.schemas import REASON_CODES, SOURCE_TYPES
 
 TABLES_WRITTEN = ("prompts", "rejected", "external_pairs")
@@ -826,6 +826,4 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
 
 
 def write_metrics(result: IngestResult, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.metrics(), indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(result.metrics(), indent=2, sort_keys=False) + "\n")
