@@ -179,6 +179,11 @@ def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out:
         fail("--format parquet needs --out FILE")
     try:
         con = open_store(store)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:  # a damaged shard: the views read every file's schema
+        fail(f"cannot open the store {store}: {exc}")
+    try:
         relation = run_sql(con, sql, params, explain=explain)
         if explain:
             typer.echo("\n".join(str(row[-1]) for row in relation.fetchall()))

@@ -67,7 +67,7 @@ def _check_safetensors(path: Path, what: str) -> None:
                                f"{8 + n + end:,} bytes, the file has {size:,}")
 
 
-def _check_torch_zip(path: Path, what: str) -> None:
+def check_torch_file(path: Path, what: str) -> None:
     """A torch.save file (a zip archive): its central directory, at the end, is there."""
     try:
         with zipfile.ZipFile(path) as zf:
@@ -78,13 +78,13 @@ def _check_torch_zip(path: Path, what: str) -> None:
 
 
 def _check_weights(path: Path, what: str) -> None:
-    single = {"model.safetensors": _check_safetensors, "pytorch_model.bin": _check_torch_zip}
+    single = {"model.safetensors": _check_safetensors, "pytorch_model.bin": check_torch_file}
     for name, check in single.items():
         if (path / name).is_file():
             check(path / name, what)
             return
     for index, check in (("model.safetensors.index.json", _check_safetensors),
-                         ("pytorch_model.bin.index.json", _check_torch_zip)):
+                         ("pytorch_model.bin.index.json", check_torch_file)):
         if (path / index).is_file():
             shards = sorted(set((_read_json(path / index, what).get("weight_map") or {}).values()))
             if not shards:
@@ -200,7 +200,7 @@ def check_ppo_run(path: str | Path, what: str = "PPO run") -> list[Path]:
         if (step / "config.json").is_file():
             check_policy(step, f"{what} checkpoint {step.name}")
         elif (step / "policy.pt").is_file():
-            _check_torch_zip(step / "policy.pt", f"{what} checkpoint {step.name}")
+            check_torch_file(step / "policy.pt", f"{what} checkpoint {step.name}")
         else:
             raise ModelFolderError(f"{what}: checkpoint {step} has no policy.pt")
     return steps

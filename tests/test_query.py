@@ -340,3 +340,14 @@ def test_audit_title_parameters_and_values_verbatim(store, tmp_path):
     out = _ok(rlhf("query", "SELECT text, source_file FROM prompts WHERE prompt_id = 'm1'",
                    "--store", str(root)))
     assert _table_cells(out) == ["[/INST]", "[/b].jsonl"]
+
+
+def test_a_damaged_shard_is_a_clear_error(tmp_path):
+    root = synthetic_store.build(tmp_path / "store")
+    shard = sorted((root / "prompts").glob("*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short: no parquet footer
+    for args in (["query", "SELECT 1"], ["tables"], ["audit", "sources"]):
+        result = rlhf(*args, "--store", str(root))
+        assert result.exit_code == 2, (args, result.output)
+        assert isinstance(result.exception, SystemExit)
+        assert "error:" in result.output and shard.name in result.output
