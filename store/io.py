@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -93,11 +93,17 @@ def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: 
     """
     path = Path(path)
     data = to_arrow(table, rows)
+    return _write_atomic(path, lambda fh: pq.write_table(
+        data, fh, **{"compression": "zstd", **parquet_options}))
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """`write(fh)` into a hidden temporary file beside `path`, fsync, rename, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, **{"compression": "zstd", **parquet_options})
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -122,20 +128,7 @@ def remove_partials(directory: str | Path) -> int:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write a small text file (a metrics JSON) so that it is either the old or the new one,
     never half written: temporary file in the same folder, fsync, rename, fsync of the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
+    return _write_atomic(Path(path), lambda fh: fh.write(text.encode("utf-8")))
 
 
 # Whole folders (a table, a model) are written into hidden staging siblings and swapped in at the

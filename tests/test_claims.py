@@ -7,11 +7,9 @@ import json
 import re
 
 import pytest
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.cli.doctor import known_bad, padded_batch_check
-
+from typer.testing import CliRunner
 
 # --- rlhf doctor: "compares a padded batch ... with SDPA": the check exists and can fail -------
 
@@ -50,8 +48,7 @@ def test_doctor_flash_attn_warning_names_the_real_check():
 # --- the confidence gate: queues, does not skip --------------------------------------------
 
 def test_gate_docstrings_do_not_claim_ppo_skips_samples():
-    import rlhf.pipeline.reward.confidence as confidence
-    import rlhf.pipeline.reward.scorer as scorer
+    from rlhf.pipeline.reward import confidence, scorer
 
     for module in (scorer, confidence):
         doc = module.__doc__
@@ -63,11 +60,10 @@ def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):
     """The claim that stays: `scorer.gate` is 0.6, written to scorer.json and loaded from it
     (tests/test_ppo_records.py checks that PPO marks scores below it `queued`)."""
     import torch
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
     from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
     from rlhf.pipeline.reward.scorer import load_scorer, save_scorer
     from tiny_world import write_tokenizer
+    from transformers import LlamaConfig, LlamaForSequenceClassification
 
     tok = write_tokenizer(tmp_path / "tok")
     from transformers import AutoTokenizer

@@ -8,8 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.pipeline.model_folders import (
     ModelFolderError,
@@ -17,12 +15,15 @@ from rlhf.pipeline.model_folders import (
     check_ppo_run,
     check_scorer,
 )
+from typer.testing import CliRunner
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """A tiny causal-LM policy, a reward-stage scorer folder of one member, a PPO run folder."""
     import torch
+    from rlhf.pipeline.reward.scorer import save_scorer
+    from tiny_world import write_tokenizer
     from transformers import (
         AutoTokenizer,
         LlamaConfig,
@@ -30,13 +31,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
         LlamaForSequenceClassification,
     )
 
-    from rlhf.pipeline.reward.scorer import save_scorer
-    from tiny_world import write_tokenizer
-
     root = tmp_path_factory.mktemp("models")
     tok = AutoTokenizer.from_pretrained(write_tokenizer(root / "tokenizer"))
-    cfg = dict(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-               num_attention_heads=2, num_key_value_heads=2, pad_token_id=0)
+    cfg = {"vocab_size": len(tok), "hidden_size": 16, "intermediate_size": 32,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "pad_token_id": 0}
     torch.manual_seed(0)
     policy = LlamaForCausalLM(LlamaConfig(**cfg))
     policy.save_pretrained(root / "policy")

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from rlhf.store.io import read_table
 
 pytestmark = pytest.mark.slow
@@ -45,7 +44,8 @@ def _env() -> dict:
 
 def _run(cmd: list[str], cwd: Path) -> float:
     t0 = time.monotonic()
-    out = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600,
+                         check=False)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return time.monotonic() - t0
 
@@ -146,9 +146,8 @@ DEDUP_TABLES = ("pool", "similar")
 
 
 def test_dedup_killed_at_random_points_then_rerun(tmp_path):
-    from test_ingest import write_world_sources
-
     from rlhf.pipeline.ingest import IngestConfig, run_ingest
+    from test_ingest import write_world_sources
 
     sources, _, _ = write_world_sources(tmp_path / "world", seed=5, n_lines=300)
     ref, work = tmp_path / "ref", tmp_path / "work"
@@ -210,9 +209,8 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
-    from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
-
     from rlhf.pipeline import preferences
+    from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
 
     _, sft = trained_policy(tmp_path_factory)
     pool = write_pool(tmp_path / "pool", n=160)

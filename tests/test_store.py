@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import unicodedata
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
