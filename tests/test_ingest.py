@@ -460,9 +460,18 @@ def test_length_is_bounded_in_characters_whatever_the_tokenizer(tmp_path):
     rej = {r["source_line"]: r for r in read_table("rejected", tmp_path / "store" / "rejected")
            .to_pylist()}
     assert len(rej[1]["raw"]) <= CFG.raw_max_chars + 1  # the quarantine keeps a bounded excerpt
-    # with the char bound alone (no line bound in the way): the rule is the character count
-    res = run_ingest([src], tmp_path / "s2", IngestConfig(max_line_bytes=10**8, max_chars=4096))
-    assert res.by_reason["too_long"] == 2
+    # with the char bound alone (no line bound in the way): the rule is the character count,
+    # with the regex count and with a word-level tokenizer that sees each long word as 1 token
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "ok": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "t")
+    loose = IngestConfig(max_line_bytes=10**8, max_chars=4096)
+    for tokenizer in (None, tmp_path / "t"):
+        res = run_ingest([src], tmp_path / "s2", loose, tokenizer=tokenizer)
+        assert res.by_reason["too_long"] == 2 and res.kept == 2
 
 
 def test_an_overlong_line_is_read_in_bounded_pieces(tmp_path):
