@@ -8,6 +8,7 @@ as a `Text` (`plain`), never inside a markup string; `data_table` builds tables 
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 import typer
@@ -18,9 +19,16 @@ from rich.text import Text
 err_console = Console(stderr=True)
 
 
+# Control characters other than tab and newline (ESC, NUL, CR, BEL, DEL, C1) are shown as escapes:
+# written raw, a value holding "\x1b[31m" or "\x1b]0;..." would restyle or retitle the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def plain(value: Any, style: str = "") -> Text:
-    """`value` as rich text shown verbatim: no markup, no emoji codes, no highlighting."""
-    return Text(str(value), style=style)
+    """`value` as rich text shown verbatim: no markup, no emoji codes, no highlighting, and
+    control characters as visible escapes (`\x1b`, `\x00`, `\r`)."""
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+    return Text(text, style=style)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

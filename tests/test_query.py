@@ -351,3 +351,13 @@ def test_a_damaged_shard_is_a_clear_error(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert isinstance(result.exception, SystemExit)
         assert "error:" in result.output and shard.name in result.output
+
+
+def test_control_characters_in_values_are_shown_as_escapes_not_sent_to_the_terminal(store):
+    sql = "SELECT 'a' || chr(27) || '[31mred' || chr(0) || chr(13) || 'z' AS v"
+    out = _ok(rlhf("query", sql, "--store", str(store)))
+    assert "\x1b" not in out and "\x00" not in out and "\r" not in out
+    assert _table_cells(out) == ["a\\x1b[31mred\\x00\\rz"]
+    # the machine formats keep the value itself (JSON escapes it, as JSON does)
+    row = json.loads(_ok(rlhf("query", sql, "--store", str(store), "-f", "jsonl")))
+    assert row["v"] == "a\x1b[31mred\x00\rz"
