@@ -51,7 +51,8 @@ def _need_model(kind: str, path: Path | None, what: str) -> None:
     from rlhf.pipeline import model_folders as mf
 
     checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
-              "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config}
+              "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
+              "pretrained": mf.check_pretrained}
     if path is None:
         return
     try:
@@ -183,6 +184,8 @@ def reward(
     cfg = _config(params, "reward")
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
+    if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
+        _need_model("pretrained", Path(cfg.backbone), "reward.backbone")
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:

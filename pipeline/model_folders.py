@@ -133,6 +133,14 @@ def check_model_config(path: str | Path, what: str = "model config") -> Path:
     return path
 
 
+def check_pretrained(path: str | Path, what: str = "model") -> Path:
+    """Any saved transformers model (config.json + weights), whatever its head: a backbone."""
+    path = _folder(path, what)
+    _architectures(path, what)
+    _check_weights(path, what)
+    return path
+
+
 def check_policy(path: str | Path, what: str = "policy") -> Path:
     """A causal-LM `save_pretrained` folder with its tokenizer (what load_policy reads)."""
     path = _folder(path, what)

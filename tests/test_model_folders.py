@@ -250,6 +250,21 @@ def _commands(models, tmp_path):
     }
 
 
+def test_a_broken_reward_backbone_folder_is_named(models, tmp_path):
+    backbone = _copy(models["policy"], tmp_path / "backbone")
+    _truncate(backbone / "model.safetensors")
+    params = tmp_path / "params.yaml"
+    params.write_text(f"reward:\n  backbone: {backbone}\n")
+    prefs = tmp_path / "prefs"
+    prefs.mkdir()
+    result = CliRunner().invoke(app, [
+        "reward", "--preferences", str(prefs), "--sft", str(models["policy"]), "--out-strong",
+        str(tmp_path / "s"), "--out-light", str(tmp_path / "l"), "--params", str(params)],
+        env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert f"reward.backbone: {backbone / 'model.safetensors'} is truncated" in result.output
+
+
 COMMANDS = ["sft --tokenizer", "sft --model-config", "preferences --policy", "reward --sft",
             "reward --sft (an RM)", "difficulty --policy", "difficulty --reward-model",
             "difficulty --reward-model (a policy)", "eval --sft", "eval --ppo", "eval --light-rm",
