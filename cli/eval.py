@@ -50,11 +50,14 @@ def eval_cmd(
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
                      temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
+        if metrics is not None:
+            from rlhf.store.io import write_text_atomic
+
+            write_text_atomic(metrics, json.dumps({"eval": result}, indent=1) + "\n")
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
-    if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps({"eval": result}, indent=1) + "\n")
+    except OSError as exc:
+        fail(f"cannot write the outputs: {exc}")
     s, f = result["sft"], result["final"]
     typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
                f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "

@@ -57,10 +57,12 @@ def ingest(
             task = bar.add_task("ingesting rows", total=None)
             result = run_ingest(sources, out_store, cfg, tokenizer,
                                 on_progress=lambda k: bar.advance(task, k))
+        if metrics:
+            write_metrics(result, metrics)
     except IngestError as exc:
         fail(str(exc))
-    if metrics:
-        write_metrics(result, metrics)
+    except OSError as exc:  # the store or metrics path cannot be written (a file in the way, ...)
+        fail(f"I/O error: {exc}")
     # file names and paths are the user's: shown verbatim (`plain`), never read as rich markup
     table = data_table(f"ingest -> {out_store}",
                        ["reason code", ("rows", {"justify": "right"}), "meaning"])
@@ -102,10 +104,12 @@ def dedup(
             clu = bar.add_task("clustering", total=None)
             result = run_dedup(store, cfg, cache, on_embed=lambda k: bar.advance(emb, k),
                                on_cluster=lambda k: bar.advance(clu, k))
+        if metrics:
+            write_metrics(result, cfg, metrics)
     except DedupError as exc:
         fail(str(exc))
-    if metrics:
-        write_metrics(result, cfg, metrics)
+    except OSError as exc:
+        fail(f"I/O error: {exc}")
     m = result.metrics(cfg)
     console.print(plain(
         f"prompts {m['input_prompts']:,} ({m['unique_texts']:,} distinct) -> pool {m['kept']:,} + "

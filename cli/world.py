@@ -50,8 +50,12 @@ def generate(
         fail(f"world generation failed: {exc}")
     elapsed = time.perf_counter() - t0
     if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        from rlhf.store.io import write_text_atomic
+
+        try:
+            write_text_atomic(metrics, json.dumps(report, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            fail(f"cannot write --metrics {metrics}: {exc}")
     _print(report, out, elapsed, dataclasses.asdict(cfg))
 
 

@@ -560,3 +560,14 @@ def test_filters_on_real_prompts_measured(realdata):
     assert report["prompts"]["fired"]["phone"] == 0
     assert report["prompts"]["fired"]["control_char"] == 0
     assert report["unlabelled"] == [], report["unlabelled"]
+
+
+def test_cli_an_output_path_that_cannot_be_written_is_one_error(world_sources, tmp_path):
+    sources, _ = world_sources
+    (tmp_path / "a_file").write_text("in the way")
+    for extra in (["--out-store", str(tmp_path / "a_file" / "store")],
+                  ["--out-store", str(tmp_path / "s"), "--metrics",
+                   str(tmp_path / "a_file" / "m.json")]):
+        out = CliRunner().invoke(app, ["ingest", "--sources", str(sources), *extra])
+        assert out.exit_code == 2 and isinstance(out.exception, SystemExit), out.output
+        assert "error: I/O error" in out.output and "a_file" in out.output
