@@ -128,7 +128,9 @@ def remove_partials(directory: str | Path) -> int:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write a small text file (a metrics JSON) so that it is either the old or the new one,
     never half written: temporary file in the same folder, fsync, rename, fsync of the folder."""
-    return _write_atomic(Path(path), lambda fh: fh.write(text.encode("utf-8")))
+    path = Path(path)
+    remove_dead_partials(path.parent)  # a killed run's half-written copy (never visible)
+    return _write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
 # Whole folders (a table, a model) are written into hidden staging siblings and swapped in at the
@@ -222,11 +224,23 @@ def recover_swaps(folders: Iterable[str | Path]) -> int:
                 if (pid is not None and pid != os.getpid() and pid not in live_journals
                         and not _pid_alive(pid)):
                     shutil.rmtree(child, ignore_errors=True)
-            if child.name.endswith(TMP_SUFFIX) and child.is_file():
-                pid = _pid_of(child.name[: -len(TMP_SUFFIX)], ".")
-                if pid is not None and pid != os.getpid() and not _pid_alive(pid):
-                    child.unlink(missing_ok=True)
+        remove_dead_partials(parent)
     return finished
+
+
+def remove_dead_partials(directory: str | Path) -> int:
+    """Delete the temporary files (`.<name>.<pid>.tmp`) that killed processes left in
+    `directory`; those of live writers stay. Returns how many it removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for p in directory.glob(f".*{TMP_SUFFIX}"):
+        pid = _pid_of(p.name[: -len(TMP_SUFFIX)], ".")
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+            p.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 @contextmanager
@@ -310,6 +324,7 @@ class ShardWriter:
         self.rows_per_shard = rows_per_shard
         self.prefix = prefix
         self._buffer: list[Mapping[str, Any]] = []
+        remove_dead_partials(self.directory)  # what a killed writer left (never visible)
         self.index = self.next_index()
         self.rows_written = 0
         self.paths: list[Path] = []

@@ -280,3 +280,21 @@ def test_write_text_atomic_replaces_whole(tmp_path):
     write_text_atomic(p, '{"a": 2}\n')
     assert json.loads(p.read_text()) == {"a": 2}
     assert [q.name for q in p.parent.iterdir()] == ["x.json"]
+
+
+def test_writers_remove_what_killed_writers_left_but_not_live_ones(tmp_path):
+    import os
+
+    dead, live = _dead_pid(), os.getppid()
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / f".part-00000.parquet.{dead}.tmp").write_bytes(b"half")
+    (d / f".part-00001.parquet.{live}.tmp").write_bytes(b"being written")
+    ShardWriter("prompts", d).close()
+    assert sorted(p.name for p in d.iterdir()) == [f".part-00001.parquet.{live}.tmp",
+                                                   "part-00000.parquet"]
+    from rlhf.store.io import write_text_atomic
+
+    (tmp_path / f".m.json.{dead}.tmp").write_text("{")
+    write_text_atomic(tmp_path / "m.json", "{}\n")
+    assert not (tmp_path / f".m.json.{dead}.tmp").exists()
