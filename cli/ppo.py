@@ -49,13 +49,26 @@ def ppo(
         cfg = load_section(params, "ppo")
     except ConfigError as exc:
         fail(str(exc))
-    for name, path in (("policy", policy), ("reward", reward), ("strong-reward", strong_reward),
-                       ("prompts", prompts), ("difficulty", difficulty),
+    for name, path in (("prompts", prompts), ("difficulty", difficulty),
                        ("heldout-store", heldout_store)):
         if path is not None and not path.exists():
             fail(f"--{name} {path} does not exist")
-    if resume and not (out / "checkpoints" / "latest").exists():
+    latest = out / "checkpoints" / "latest"
+    if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    from rlhf.pipeline import model_folders as mf
+
+    try:  # each model folder: missing, truncated or the wrong kind is one error naming it
+        mf.check_policy(policy, "--policy")
+        mf.check_scorer(reward, "--reward", plain_allowed=True)
+        if strong_reward is not None:
+            mf.check_scorer(strong_reward, "--strong-reward", plain_allowed=True)
+        if resume:
+            step = out / "checkpoints" / latest.read_text().strip()
+            for name in ("policy.pt", "critic.pt", "optim.pt"):
+                mf.check_torch_file(step / name, f"--resume checkpoint {step.name}")
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
     from rlhf.pipeline.ppo.trainer import run
 
     try:

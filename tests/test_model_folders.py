@@ -186,6 +186,15 @@ def _broken(models, tmp_path, kind: str) -> Path:
     elif kind == "run":
         p = _copy(models["run"], tmp_path / "run")
         _truncate(p / "checkpoints" / "step-000002" / "policy.pt")
+    elif kind == "resume":  # a PPO run killed while its last checkpoint's optim.pt was copied
+        import torch
+
+        p = _copy(models["run"], tmp_path / "run")
+        step = p / "checkpoints" / "step-000002"
+        torch.save({"w": torch.zeros(3)}, step / "critic.pt")
+        torch.save({"policy": {}, "critic": {}}, step / "optim.pt")
+        _truncate(step / "optim.pt")
+        (p / "checkpoints" / "latest").write_text("step-000002")
     elif kind == "tokenizer":
         p = _copy(models["tokenizer"], tmp_path / "tok")
         _truncate(p / "tokenizer.json")
@@ -213,7 +222,20 @@ def _commands(models, tmp_path):
             made[kind] = str(_broken(models, tmp_path / kind, kind))
         return made[kind]
 
+    def ppo(*switches: str, **bad: str) -> list[str]:
+        flags = {"--policy": str(m["policy"]), "--reward": str(m["rm"]), "--prompts":
+                 str(prompts), "--out": str(o), "--rollouts": str(tmp_path / "rows"), **bad}
+        return ["ppo", *[x for kv in flags.items() for x in kv], *switches]
+
     return {
+        "ppo --policy": ppo(**{"--policy": b("policy")}),
+        "ppo --policy (missing)": ppo(**{"--policy": b("missing")}),
+        "ppo --policy (an RM)": ppo(**{"--policy": str(m["rm"])}),
+        "ppo --policy (a PPO run)": ppo(**{"--policy": str(m["run"])}),
+        "ppo --reward": ppo(**{"--reward": b("rm")}),
+        "ppo --reward (a policy)": ppo(**{"--reward": str(m["policy"])}),
+        "ppo --strong-reward (missing)": ppo(**{"--strong-reward": b("missing")}),
+        "ppo --out (--resume, truncated optim.pt)": ppo("--resume", **{"--out": b("resume")}),
         "sft --tokenizer": ["sft", "--demos", str(demos), "--out", str(o),
                             "--tokenizer", b("tokenizer"), "--model-config", str(m["model_config"])],
         "sft --model-config": ["sft", "--demos", str(demos), "--out", str(o), "--tokenizer",
@@ -265,7 +287,10 @@ def test_a_broken_reward_backbone_folder_is_named(models, tmp_path):
     assert f"reward.backbone: {backbone / 'model.safetensors'} is truncated" in result.output
 
 
-COMMANDS = ["sft --tokenizer", "sft --model-config", "preferences --policy", "reward --sft",
+COMMANDS = ["ppo --policy", "ppo --policy (missing)", "ppo --policy (an RM)",
+            "ppo --policy (a PPO run)", "ppo --reward", "ppo --reward (a policy)",
+            "ppo --strong-reward (missing)", "ppo --out (--resume, truncated optim.pt)",
+            "sft --tokenizer", "sft --model-config", "preferences --policy", "reward --sft",
             "reward --sft (an RM)", "difficulty --policy", "difficulty --reward-model",
             "difficulty --reward-model (a policy)", "eval --sft", "eval --ppo", "eval --light-rm",
             "eval --strong-rm (missing)"]
