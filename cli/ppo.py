@@ -41,6 +41,9 @@ def ppo(
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
     metrics: Path | None = typer.Option(None, help="Write the final metrics here (dvc metrics)."),
+    deepspeed_config: Path = typer.Option(
+        Path("configs/deepspeed_zero3.json"),
+        help="DeepSpeed JSON for ppo.sharding: zero3 (\"auto\" fields filled from params)."),
 ) -> None:
     """Train the policy with PPO; `--resume` continues a killed run exactly."""
     from rlhf.pipeline.config import ConfigError, load_section
@@ -74,7 +77,8 @@ def ppo(
     try:
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
                    checkpoint_table=checkpoint_table, difficulty=difficulty,
-                   strong_reward=strong_reward, rm_scores=rm_scores, train_metrics=train_metrics)
+                   strong_reward=strong_reward, rm_scores=rm_scores, train_metrics=train_metrics,
+                   deepspeed_config=deepspeed_config)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:

@@ -40,12 +40,14 @@ def save(t, step: int) -> Path:
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                tmp / f"rng-rank{t.dist.rank}.pt")
+    e = t.engines  # every process: ZeRO-3 gathers weights and writes its optimiser share
+    weights = {"policy": e.policy.full_state(), "critic": e.critic.full_state()}
+    optim = {"policy": e.policy.save(tmp, "policy"), "critic": e.critic.save(tmp, "critic")}
     if acc.is_main_process:
-        torch.save(acc.unwrap_model(t.policy).state_dict(), tmp / "policy.pt")
-        torch.save(acc.unwrap_model(t.critic).state_dict(), tmp / "critic.pt")
-        torch.save({"policy": t.opt_p.state_dict(), "critic": t.opt_c.state_dict(),
-                    "sched_policy": t.sched_p.state_dict(),
-                    "sched_critic": t.sched_c.state_dict()}, tmp / "optim.pt")
+        torch.save(weights["policy"], tmp / "policy.pt")
+        torch.save(weights["critic"], tmp / "critic.pt")
+        torch.save({**optim, "sched_policy": e.policy.scheduler.state_dict(),
+                    "sched_critic": e.critic.scheduler.state_dict()}, tmp / "optim.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state(t, step)))
     acc.wait_for_everyone()
     if acc.is_main_process:
@@ -73,13 +75,12 @@ def load(t) -> int:
         raise ValueError(f"checkpoint was written by {state['world_size']} processes, "
                          f"this run has {t.dist.world}: resume with the same world size")
     step = int(state["step"])
-    acc.unwrap_model(t.policy).load_state_dict(torch.load(ckpt / "policy.pt"))
-    acc.unwrap_model(t.critic).load_state_dict(torch.load(ckpt / "critic.pt"))
+    e = t.engines
     optim = torch.load(ckpt / "optim.pt", weights_only=False)
-    t.opt_p.load_state_dict(optim["policy"])
-    t.opt_c.load_state_dict(optim["critic"])
-    t.sched_p.load_state_dict(optim["sched_policy"])
-    t.sched_c.load_state_dict(optim["sched_critic"])
+    e.policy.load(ckpt, "policy", torch.load(ckpt / "policy.pt"), optim["policy"])
+    e.critic.load(ckpt, "critic", torch.load(ckpt / "critic.pt"), optim["critic"])
+    e.policy.scheduler.load_state_dict(optim["sched_policy"])
+    e.critic.scheduler.load_state_dict(optim["sched_critic"])
     t.sampler.load_state_dict(state["sampler"])
     t.kl_ctl.load_state_dict(state["kl_controller"])
     t.collapse.load_state_dict(state["collapse"])

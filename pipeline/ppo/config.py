@@ -100,6 +100,16 @@ class PPOConfig:
     # top_p, max_new_tokens above), the same as the eval stage and bench/economy.py
     heldout_eval: bool = True
     eval_seed: int = 0
+    # scale-out (pipeline/ppo/engines.py): "none" = one process, or plain data parallel (DDP)
+    # under torchrun / accelerate launch; "zero3" = the policy and the critic each their own
+    # DeepSpeed ZeRO-3 engine, the reference an inference engine, settings from `rlhf ppo
+    # --deepspeed-config` (configs/deepspeed_zero3.json: optimizer state offloaded to the CPU,
+    # parameters not, fp16 communication; seed 000 §4.1, §5.5). Needs `pip install deepspeed`.
+    sharding: Literal["none", "zero3"] = "none"
+    # minibatches whose gradients add up to one optimiser step: a divisor of the minibatches per
+    # PPO step (ppo_epochs x batch_size / mini_batch_size); with zero3 a multiple of the number
+    # of processes (seed 000 §5.5)
+    gradient_accumulation_steps: int = 1
 
     def __post_init__(self) -> None:
         # YAML gives lists; keep the table hashable and immutable like the rest of the config
@@ -122,6 +132,14 @@ class PPOConfig:
                      "csv_every", "critic_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.gradient_accumulation_steps < 1:
+            raise ConfigError(f"ppo.gradient_accumulation_steps must be >= 1, "
+                              f"got {self.gradient_accumulation_steps}")
+        minibatches = self.ppo_epochs * (self.batch_size // self.mini_batch_size)
+        if minibatches % self.gradient_accumulation_steps:
+            raise ConfigError(f"ppo.gradient_accumulation_steps ({self.gradient_accumulation_steps})"
+                              f" must divide the minibatches per PPO step (ppo_epochs x batch_size"
+                              f" / mini_batch_size = {minibatches})")
         if not 0.0 <= self.escalate_below <= 1.0:
             raise ConfigError(f"ppo.escalate_below is a confidence in [0, 1], "
                               f"got {self.escalate_below}")

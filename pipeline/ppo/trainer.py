@@ -43,9 +43,9 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from rlhf.pipeline.ppo import checkpoint
+from rlhf.pipeline.ppo import checkpoint, engines
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
-from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation, check_gradient_accumulation
+from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
 from rlhf.pipeline.ppo.critic import build_critic
 from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetector
 from rlhf.pipeline.ppo.dist import Dist
@@ -111,7 +111,7 @@ class PPOTrainer:
     def __init__(self, cfg: PPOConfig, policy, ref_policy, tokenizer, scorer,
                  prompts: list[tuple[str, str]], paths: RunPaths, policy_path: str | None = None,
                  accelerator=None, progress: bool = False, sampler=None, strong_scorer=None,
-                 hooks: RolloutHooks | None = None):
+                 hooks: RolloutHooks | None = None, deepspeed_config: Path | None = None):
         from accelerate import Accelerator
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
@@ -132,21 +132,12 @@ class PPOTrainer:
                               policy_config=policy.config)
         if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real (attended) token
             critic.pad_id = None
-        opt_p = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
-        opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
-        decay = lambda s: max(0.1, 1.0 - s / max(cfg.total_steps, 1))  # noqa: E731
-        self.sched_p = torch.optim.lr_scheduler.LambdaLR(opt_p, decay)
-        self.sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
-        self.policy, self.critic, self.opt_p, self.opt_c = self.acc.prepare(
-            policy, critic, opt_p, opt_c)
-        if self.acc.state.deepspeed_plugin is not None:  # ZeRO-3 (configs/, seed 000 §4.1, §5.5)
-            from trl.models.utils import prepare_deepspeed
-
-            check_gradient_accumulation(self.acc.gradient_accumulation_steps, self.world)
-            self.ref = prepare_deepspeed(ref_policy, self.acc)
-        else:
-            self.ref = ref_policy.to(self.acc.device)
-        self.ref.eval().requires_grad_(False)
+        # one engine each for policy and critic, the reference an inference one (engines.py)
+        self.engines = engines.build(cfg, self.acc, policy, critic, ref_policy, deepspeed_config)
+        self.policy, self.critic = self.engines.policy.module, self.engines.critic.module
+        self.ref = self.engines.ref
+        self.ref.eval()
+        self.ref.requires_grad_(False)
         # uniform shuffled epochs unless a (stratified) sampler is given
         self.sampler = sampler or PromptSampler(prompts, cfg.seed)
         self.kl_ctl = KLController(cfg.kl_coef, cfg.kl_warmup_on, cfg.kl_warmup_steps,
@@ -156,8 +147,7 @@ class PPOTrainer:
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
         self.recorder = Recorder(cfg, paths, self.dist, scorer, strong_scorer)
-        self.learner = Learner(cfg, self.policy, self.critic, self.opt_p, self.opt_c,
-                               self.sched_p, self.sched_c, self.dist, self.acc, self.kl_ctl,
+        self.learner = Learner(cfg, self.engines, self.dist, self.acc, self.kl_ctl,
                                self.collapse, self.gradmon, self.recorder.event)
         self.totals = Totals()  # the run's cumulative cost (accounting.py), checkpointed
         self.parent_checkpoint: str | None = None  # null parent: the run starts from SFT
@@ -232,9 +222,7 @@ class PPOTrainer:
         raise RuntimeError("the prompt gates skipped every prompt of 1000 draws")
 
     def generate(self, batch: list[tuple[str, str]], version: str, step: int = 0) -> Rollout:
-        from trl.models.utils import unwrap_model_for_generation
-
-        with unwrap_model_for_generation(self.policy, self.acc) as model:
+        with self.engines.policy.generation() as model:
             return generate_rollout(
                 model, self.tokenizer, batch, self.cfg, version, self.acc.device,
                 hooks=self.hooks.generation, step=step,
@@ -249,7 +237,7 @@ class PPOTrainer:
 
     def forward_logprobs(self, r: Rollout) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
-        forward_logprobs(self.acc.unwrap_model(self.policy).eval(), self.ref, r, self.cfg)
+        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg)
 
     def _logits(self, model, r: Rollout, idx: torch.Tensor | None = None) -> torch.Tensor:
         return policy_logits(model, r, self.cfg.temperature, idx)
@@ -270,19 +258,19 @@ class PPOTrainer:
 
     def finish(self, last: dict) -> dict:
         self.recorder.close()
-        policy = self.acc.unwrap_model(self.policy)
+        policy, weights = self.engines.policy.model, self.engines.policy.full_state()
+        critic_weights = self.engines.critic.full_state()
         digest = hashlib.sha256()
-        for name, t in sorted(policy.state_dict().items()):
+        for name, t in sorted(weights.items()):
             digest.update(name.encode())
             digest.update(t.detach().cpu().contiguous().numpy().tobytes())
         (self.paths.out / f"weights-rank{self.rank}.sha256").write_text(digest.hexdigest())
         if self.acc.is_main_process:
-            policy.save_pretrained(self.paths.out / "policy")
+            policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
-            torch.save(self.acc.unwrap_model(self.critic).state_dict(),
-                       self.paths.out / "critic.pt")
+            torch.save(critic_weights, self.paths.out / "critic.pt")
             summary = {"run_id": self.paths.run_id, "steps": self.cfg.total_steps,
-                       "world_size": self.world, "final": last,
+                       "world_size": self.world, "engines": self.engines.described, "final": last,
                        "cost": self.totals.as_metrics()}
             (self.paths.out / "summary.json").write_text(json.dumps(summary, indent=1))
         self.acc.wait_for_everyone()
@@ -308,7 +296,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,
         checkpoint_table: str | Path | None = None,
         difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
-        rm_scores: str | Path | None = None, train_metrics: str | Path | None = None) -> dict:
+        rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
+        deepspeed_config: str | Path | None = None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
@@ -344,7 +333,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                      rm_scores, train_metrics)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
-                         strong_scorer=strong)
+                         strong_scorer=strong, deepspeed_config=deepspeed_config)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)

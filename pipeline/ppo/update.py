@@ -16,12 +16,12 @@ from rlhf.pipeline.ppo.schedules import adaptive_clip, lambda_eps
 
 
 class Learner:
-    """Owns the policy / critic optimisers, schedulers and the per-step schedule state."""
+    """Updates the policy and critic through their engines (engines.py); owns the per-step
+    schedule state."""
 
-    def __init__(self, cfg, policy, critic, opt_p, opt_c, sched_p, sched_c, dist, accelerator,
-                 kl_ctl, collapse, gradmon, event):
-        self.cfg, self.policy, self.critic = cfg, policy, critic
-        self.opt_p, self.opt_c, self.sched_p, self.sched_c = opt_p, opt_c, sched_p, sched_c
+    def __init__(self, cfg, engines, dist, accelerator, kl_ctl, collapse, gradmon, event):
+        self.cfg, self.engines = cfg, engines
+        self.policy, self.critic = engines.policy.module, engines.critic.module
         self.dist, self.acc = dist, accelerator
         self.kl_ctl, self.collapse, self.gradmon, self.event = kl_ctl, collapse, gradmon, event
 
@@ -37,7 +37,7 @@ class Learner:
         dev = self.acc.device
         r.critic_ids, r.critic_mask, r.critic_start = ids.to(dev), mask.to(dev), start.to(dev)
         r.key_weights = self._key_weights(r, prompt_tok, resp_tok, mask, scorer, cost)
-        critic = self.acc.unwrap_model(self.critic).eval()
+        critic = self.engines.critic.model.eval()
         out = critic(r.critic_ids, r.critic_mask, r.key_weights)
         r.values = response_values(out, r.critic_mask, r.critic_start, r.response.shape[1])
         r.values = r.values * r.response_mask
@@ -111,7 +111,7 @@ class Learner:
         gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 64 + rank)
         sums = {"policy_loss": 0.0, "clip_ratio": 0.0, "approx_kl": 0.0, "critic_loss": 0.0,
                 "grad_norm": 0.0, "critic_kl_reg": 0.0}
-        n, skipped, norms = 0, 0, []
+        n, skipped, stepped, norms = 0, 0, 0, []
         for _ in range(cfg.ppo_epochs):
             for idx in torch.randperm(len(r), generator=gen).split(cfg.mini_batch_size):
                 idx = idx.to(self.acc.device)
@@ -130,26 +130,22 @@ class Learner:
                                               cfg.critic_huber_delta, cfg.critic_kl_reg_coef)
                 if not self.dist.all_finite(p_loss + c_loss):  # §5: skip, never poison weights
                     skipped += 1
-                    self.opt_p.zero_grad()
-                    self.opt_c.zero_grad()
+                    self.engines.zero_grad()
                     continue
-                self.acc.backward(p_loss + c_loss)
-                norms = [float(p.grad.norm()) for p in self.policy.parameters()
-                         if p.grad is not None]
-                gnorm = self.acc.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.acc.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
-                self.opt_p.step()
-                self.opt_c.step()
-                self.opt_p.zero_grad()
-                self.opt_c.zero_grad()
+                # an optimiser step at every `gradient_accumulation_steps`-th minibatch
+                gnorm = self.engines.update(p_loss, c_loss)
+                if gnorm is not None:
+                    stepped += 1
+                    sums["grad_norm"] += gnorm
+                    norms = self.engines.policy.grad_norms
                 n += 1
                 for k, val in (("policy_loss", p_loss), ("clip_ratio", clipfrac),
-                               ("approx_kl", approx_kl), ("critic_loss", c_loss),
-                               ("grad_norm", gnorm)):
+                               ("approx_kl", approx_kl), ("critic_loss", c_loss)):
                     sums[k] += float(val.detach() if torch.is_tensor(val) else val)
                 sums["critic_kl_reg"] += c_stats["critic_kl_reg"]
         self.step_schedulers()
         stats = {k: (v / n if n else float("nan")) for k, v in sums.items()}
+        stats["grad_norm"] = sums["grad_norm"] / stepped if stepped else float("nan")
         stats["nan_skipped"] = float(skipped)
         if skipped:
             self.event("nan_loss_skipped", count=skipped)
@@ -163,8 +159,7 @@ class Learner:
 
         with warnings.catch_warnings():  # a skipped update must not shift the schedule
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-            self.sched_p.step()
-            self.sched_c.step()
+            self.engines.step_schedulers()
 
     def no_update(self) -> dict:
         self.event("no_update", reason="fewer than two trainable response tokens")

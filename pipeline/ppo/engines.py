@@ -1,0 +1,274 @@
+"""The engines PPO trains through: the policy and the critic each behind its own engine (its
+optimiser, LR schedule, how a loss updates it, how its weights are read and restored), the
+reference policy behind an inference one. `ppo.sharding` picks the kind.
+
+    rlhf ppo ...                                                    # ppo.sharding: none
+    torchrun --nproc_per_node 2 -m rlhf.cli.app ppo ...             # none: data parallel (DDP)
+    torchrun --nproc_per_node 2 -m rlhf.cli.app ppo ... -p p.yaml   # p.yaml: sharding: zero3
+
+`none` (the default) is plain data parallel: accelerate prepares both models and optimisers (DDP
+with more than one process) and every process holds a full reference copy.
+
+`zero3`: accelerate hands DeepSpeed one model at most, so, like OpenRLHF's DeepSpeed strategy,
+the policy and the critic are each given to `deepspeed.initialize` with their own optimiser (one
+engine each) and the reference to one without an optimiser (an inference engine). All three are
+ZeRO-3 partitioned over the processes. The settings are a DeepSpeed JSON (`rlhf ppo
+--deepspeed-config`, default configs/deepspeed_zero3.json: optimiser state offloaded to the CPU,
+parameters not, fp16 gradient communication; seed 000 §4.1, §5.5) whose "auto" fields are filled
+here from PPOConfig and the launch. Gradient accumulation is `ppo.gradient_accumulation_steps`
+in both kinds; under ZeRO-3 it must be a multiple of the processes (§5.5). Generation gathers the
+policy's parameters for the whole `generate` call (as TRL does for ZeRO-3): processes stop
+sampling at different lengths, so per-forward all-gathers would not line up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.config import check_gradient_accumulation
+
+DEFAULT_DEEPSPEED_CONFIG = Path("configs/deepspeed_zero3.json")
+
+
+class Engine:
+    """One trained model: `module` is what forward calls (DDP wrapper, DeepSpeed engine or the
+    model itself), `model` the model (weights, save_pretrained)."""
+
+    def __init__(self, module, model, optimizer, scheduler, acc, max_grad_norm: float):
+        self.module, self.model, self.acc = module, model, acc
+        self.optimizer, self.scheduler, self.max_grad_norm = optimizer, scheduler, max_grad_norm
+        self.grad_norms: list[float] = []  # per parameter, before clipping, at the last update
+
+    def step(self) -> float:
+        """Clip and apply the accumulated gradient; the pre-clip global norm."""
+        self.grad_norms = [float(p.grad.norm()) for p in self.model.parameters()
+                           if p.grad is not None]
+        gnorm = self.acc.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return float(gnorm)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def full_state(self) -> dict:
+        """The full weights (every process calls it)."""
+        return self.model.state_dict()
+
+    def save(self, folder: Path, name: str) -> dict | None:
+        """Optimiser state for optim.pt (every process calls it)."""
+        return self.optimizer.state_dict()
+
+    def load(self, folder: Path, name: str, weights: dict, optim: dict | None) -> None:
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(optim)
+
+    @contextlib.contextmanager
+    def generation(self):
+        from trl.models.utils import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.module, self.acc) as model:
+            yield model
+
+
+class ZeroEngine(Engine):
+    """A DeepSpeed ZeRO-3 engine: it scales the loss for accumulation, steps the optimiser only at
+    accumulation boundaries and clips by `gradient_clipping` itself."""
+
+    def step(self) -> float | None:
+        before = self.module.global_steps
+        self.module.step()
+        if self.module.global_steps == before:
+            return None  # inside an accumulation window
+        norm = self.module.get_global_grad_norm()
+        return float(norm) if norm is not None else math.nan
+
+    def zero_grad(self) -> None:
+        self.module.zero_grad()
+
+    def full_state(self) -> dict:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(self.model.parameters())):
+            return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def save(self, folder: Path, name: str) -> None:
+        # the fp32 master weights and Adam moments stay partitioned: DeepSpeed writes each
+        # process's share (exact resume), optim.pt keeps only the schedules
+        self.module.save_checkpoint(str(folder / "zero3"), tag=name, save_latest=False)
+        return None
+
+    def load(self, folder: Path, name: str, weights: dict, optim: dict | None) -> None:
+        self.module.load_checkpoint(str(folder / "zero3"), tag=name, load_optimizer_states=True,
+                                    load_lr_scheduler_states=False, load_module_strict=True)
+
+    @contextlib.contextmanager
+    def generation(self):
+        import deepspeed
+        from trl.models.utils import add_hooks, remove_hooks
+
+        with deepspeed.zero.GatheredParameters(list(self.model.parameters())):
+            remove_hooks(self.module)
+            try:
+                yield self.model
+            finally:
+                add_hooks(self.module)
+
+
+class Engines:
+    """The policy and critic engines and the reference, updated together once per minibatch."""
+
+    def __init__(self, kind: str, policy: Engine, critic: Engine, ref, accumulation: int,
+                 acc, described: dict):
+        self.kind, self.policy, self.critic, self.ref = kind, policy, critic, ref
+        self.accumulation, self.acc, self.described = accumulation, acc, described
+        self._micro = 0
+
+    def update(self, p_loss: torch.Tensor, c_loss: torch.Tensor) -> float | None:
+        """Backward one minibatch; at an accumulation boundary clip and step both optimisers.
+        Returns the policy's pre-clip gradient norm when it stepped, else None."""
+        if self.kind == "zero3":
+            self.policy.module.backward(p_loss)
+            self.critic.module.backward(c_loss)
+            gnorm = self.policy.step()
+            self.critic.step()
+            return gnorm
+        loss = p_loss + c_loss
+        self.acc.backward(loss / self.accumulation if self.accumulation > 1 else loss)
+        self._micro += 1
+        if self._micro % self.accumulation:
+            return None
+        gnorm = self.policy.step()
+        self.critic.step()
+        return gnorm
+
+    def zero_grad(self) -> None:
+        self.policy.zero_grad()
+        self.critic.zero_grad()
+
+    def step_schedulers(self) -> None:
+        self.policy.scheduler.step()
+        self.critic.scheduler.step()
+
+
+def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -> Engines:
+    """The engines of `cfg.sharding` for these models (every process calls it)."""
+    world = acc.num_processes
+    decay = lambda s: max(0.1, 1.0 - s / max(cfg.total_steps, 1))  # noqa: E731
+    if acc.gradient_accumulation_steps != 1:
+        raise ConfigError("gradient accumulation is ppo.gradient_accumulation_steps, not the "
+                          f"accelerate config's ({acc.gradient_accumulation_steps})")
+    described = {"sharding": cfg.sharding, "processes": world,
+                 "gradient_accumulation_steps": cfg.gradient_accumulation_steps}
+    if cfg.sharding == "none":
+        if acc.state.deepspeed_plugin is not None:
+            raise ConfigError("launched with a DeepSpeed accelerate config: set ppo.sharding: "
+                              "zero3 (accelerate cannot prepare the policy and the critic "
+                              "together under DeepSpeed)")
+        opt_p = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+        opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
+        sched_p = torch.optim.lr_scheduler.LambdaLR(opt_p, decay)
+        sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
+        mod_p, mod_c, opt_p, opt_c = acc.prepare(policy, critic, opt_p, opt_c)
+        ref = ref.to(acc.device)
+        return Engines("none", Engine(mod_p, acc.unwrap_model(mod_p), opt_p, sched_p, acc,
+                                      cfg.max_grad_norm),
+                       Engine(mod_c, acc.unwrap_model(mod_c), opt_c, sched_c, acc,
+                              cfg.max_grad_norm),
+                       ref, cfg.gradient_accumulation_steps, acc, described)
+    return _zero3(cfg, acc, policy, critic, ref, deepspeed_config or DEFAULT_DEEPSPEED_CONFIG,
+                  decay, described)
+
+
+def deepspeed_config(cfg, acc, hidden_size: int, path: Path | None = None) -> dict:
+    """The DeepSpeed JSON (the accelerate launch's own, else `path`) with "auto" filled in."""
+    plugin = acc.state.deepspeed_plugin
+    if plugin is not None:
+        ds = copy.deepcopy(plugin.deepspeed_config)
+    else:
+        path = Path(path or DEFAULT_DEEPSPEED_CONFIG)
+        try:
+            ds = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--deepspeed-config {path}: not a readable DeepSpeed JSON: "
+                              f"{exc}") from None
+    zero = ds.setdefault("zero_optimization", {})
+    if zero.get("stage") != 3:
+        raise ConfigError(f"ppo.sharding zero3 needs zero_optimization.stage 3, the DeepSpeed "
+                          f"config has {zero.get('stage')}")
+    if zero.get("offload_param", {}).get("device", "none") != "none":
+        # seed 000 §4.1: offloading parameters slowed rollout generation 3.2 s -> 11.7 s
+        raise ConfigError("ppo.sharding zero3: offload_param must be none (seed 000 §4.1)")
+    ga = cfg.gradient_accumulation_steps
+    auto = {"train_micro_batch_size_per_gpu": cfg.mini_batch_size,
+            "gradient_accumulation_steps": ga,
+            "train_batch_size": cfg.mini_batch_size * ga * acc.num_processes,
+            "gradient_clipping": cfg.max_grad_norm}
+    for key, value in auto.items():
+        if ds.get(key, "auto") == "auto":
+            ds[key] = value
+        elif ds[key] != value:
+            raise ConfigError(f"DeepSpeed config {key} is {ds[key]}, PPO needs {value} "
+                              "(set it to \"auto\")")
+    for key, value in (("reduce_bucket_size", hidden_size * hidden_size),
+                       ("stage3_prefetch_bucket_size", int(0.9 * hidden_size * hidden_size)),
+                       ("stage3_param_persistence_threshold", 10 * hidden_size)):
+        if zero.get(key) == "auto":  # accelerate's fill for "auto" (hidden size based)
+            zero[key] = value
+    for mp in ("bf16", "fp16"):  # from the launch (ACCELERATE_MIXED_PRECISION / --mixed_precision)
+        if ds.get(mp, {}).get("enabled") == "auto":
+            ds[mp]["enabled"] = acc.mixed_precision == mp
+    return ds
+
+
+def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: dict) -> Engines:
+    try:
+        import deepspeed
+    except ImportError:
+        raise ConfigError("ppo.sharding zero3 needs DeepSpeed (pip install deepspeed)") from None
+    world = acc.num_processes
+    check_gradient_accumulation(cfg.gradient_accumulation_steps, world)
+    if not torch.distributed.is_initialized():  # one process, started without torchrun
+        for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                     ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29533")):
+            os.environ.setdefault(k, v)
+        deepspeed.init_distributed(auto_mpi_discovery=False)
+    ds = deepspeed_config(cfg, acc, policy.config.hidden_size, config_path)
+    offload = ds["zero_optimization"].get("offload_optimizer", {}).get("device", "none") != "none"
+    engines = []
+    for model, lr in ((policy, cfg.learning_rate), (critic, cfg.critic_learning_rate)):
+        if offload:  # the CPU-side Adam that ZeRO-Offload steps (torch AdamW's defaults)
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            opt = DeepSpeedCPUAdam(model.parameters(), lr=lr, weight_decay=0.01, adamw_mode=True)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)  # stepped once per PPO step, here
+        engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=copy.deepcopy(ds))
+        engines.append(ZeroEngine(engine, engine.module, opt, sched, acc, cfg.max_grad_norm))
+    # the reference: partitioned like the policy, no optimiser (OpenRLHF's eval engine)
+    eval_ds = {k: copy.deepcopy(v) for k, v in ds.items() if k not in ("optimizer", "scheduler")}
+    eval_ds["zero_optimization"] = {
+        k: v for k, v in ds["zero_optimization"].items() if k != "offload_optimizer"}
+    ref_engine, *_ = deepspeed.initialize(model=ref, config=eval_ds)
+    zero = ds["zero_optimization"]
+    described.update({
+        "engines": {"policy": "deepspeed", "critic": "deepspeed", "ref": "deepspeed (inference)"},
+        "zero_stage": zero["stage"],
+        "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none"),
+        "offload_param": zero.get("offload_param", {}).get("device", "none"),
+        "communication_data_type": ds.get("communication_data_type"),
+        "bf16": bool(ds.get("bf16", {}).get("enabled")),
+        "fp16": bool(ds.get("fp16", {}).get("enabled")),
+        "optimizer": type(engines[0].optimizer).__name__,
+        "train_micro_batch_size_per_gpu": ds["train_micro_batch_size_per_gpu"]})
+    return Engines("zero3", engines[0], engines[1], ref_engine,
+                   cfg.gradient_accumulation_steps, acc, described)
