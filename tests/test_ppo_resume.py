@@ -1,6 +1,7 @@
 """Exact resume: a real `rlhf ppo` run killed with SIGKILL mid-way, then `--resume`, must give
 the same metrics and rollout, RM-score and train-metric rows as an uninterrupted run (none
-duplicated, none missing); and two processes under torchrun (gloo) end with identical weights."""
+duplicated, none missing), with one process and with two under torchrun (gloo); and two
+processes end with identical weights."""
 
 from __future__ import annotations
 
@@ -127,6 +128,50 @@ def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "temperature must be > 0.3" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _torchrun(world, params, out, rows, *extra) -> list[str]:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    port = 29000 + (os.getpid() * 7 + len(str(out)) * 13 + int(time.monotonic() * 1000)) % 900
+    return [str(torchrun), "--nproc_per_node", "2", "--master_port", str(port), "-m",
+            "rlhf.cli.app", *_cmd(world, params, out, rows)[1:], *extra]
+
+
+def test_sigkill_then_resume_under_torchrun_equals_uninterrupted_two_process_run(tmp_path):
+    world = ppo_tiny.build_world(tmp_path / "world")
+    params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=4, batch_size=2,
+                                   checkpoint_every=2)
+    a = subprocess.run(_torchrun(world, params, tmp_path / "a", tmp_path / "rows_a"),
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert a.returncode == 0, a.stderr[-3000:]
+
+    out_b = tmp_path / "b"
+    # its own process group: SIGKILL reaches torchrun and both workers at once, as a lost node
+    proc = subprocess.Popen(_torchrun(world, params, out_b, tmp_path / "rows_b"), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    latest = out_b / "checkpoints" / "latest"
+    deadline = time.monotonic() + 240
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out_b / "summary.json").exists(), "the run finished before it was killed"
+    assert latest.read_text() == "step-000002"
+
+    res = subprocess.run(_torchrun(world, params, out_b, tmp_path / "rows_b", "--resume"),
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _metrics(out_b) == _metrics(tmp_path / "a")
+    rows_a, rows_b = _rows(tmp_path / "rows_a"), _rows(tmp_path / "rows_b")
+    assert len(rows_a) == 4 * 2 * 2  # steps x processes x batch per process
+    assert rows_b == rows_a
+    for rank in (0, 1):  # each process's weights equal the uninterrupted run's
+        assert (out_b / f"weights-rank{rank}.sha256").read_text() == \
+            (tmp_path / "a" / f"weights-rank{rank}.sha256").read_text()
+    assert (out_b / "weights-rank0.sha256").read_text() == \
+        (out_b / "weights-rank1.sha256").read_text()
 
 
 def test_two_processes_under_torchrun_end_with_identical_weights(tmp_path):
