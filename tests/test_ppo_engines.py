@@ -74,8 +74,9 @@ def test_zero3_fills_auto_fields_and_refuses_param_offload(repo, tmp_path):
 def test_zero3_two_processes_train_and_match_data_parallel(tmp_path, repo):
     pytest.importorskip("deepspeed")
     world = ppo_tiny.build_world(tmp_path / "world")
-    common = dict(total_steps=2, batch_size=4, mini_batch_size=2, checkpoint_every=2,
-                  gradient_accumulation_steps=2)  # one optimizer step of 2 minibatches per step
+    # one optimizer step of 2 minibatches per PPO step
+    common = {"total_steps": 2, "batch_size": 4, "mini_batch_size": 2, "checkpoint_every": 2,
+              "gradient_accumulation_steps": 2}
     runs = {}
     for i, sharding in enumerate(("zero3", "none")):
         params = ppo_tiny.write_params(tmp_path / f"{sharding}.yaml", sharding=sharding, **common)

@@ -104,7 +104,6 @@ class ZeroEngine(Engine):
         # the fp32 master weights and Adam moments stay partitioned: DeepSpeed writes each
         # process's share (exact resume), optim.pt keeps only the schedules
         self.module.save_checkpoint(str(folder / "zero3"), tag=name, save_latest=False)
-        return None
 
     def load(self, folder: Path, name: str, weights: dict, optim: dict | None) -> None:
         self.module.load_checkpoint(str(folder / "zero3"), tag=name, load_optimizer_states=True,
@@ -162,7 +161,9 @@ class Engines:
 def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -> Engines:
     """The engines of `cfg.sharding` for these models (every process calls it)."""
     world = acc.num_processes
-    decay = lambda s: max(0.1, 1.0 - s / max(cfg.total_steps, 1))  # noqa: E731
+    def decay(s: int) -> float:  # the LR schedule of both models, stepped once per PPO step
+        return max(0.1, 1.0 - s / max(cfg.total_steps, 1))
+
     if acc.gradient_accumulation_steps != 1:
         raise ConfigError("gradient accumulation is ppo.gradient_accumulation_steps, not the "
                           f"accelerate config's ({acc.gradient_accumulation_steps})")
@@ -189,17 +190,15 @@ def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -
 
 
 def deepspeed_config(cfg, acc, hidden_size: int, path: Path | None = None) -> dict:
-    """The DeepSpeed JSON (the accelerate launch's own, else `path`) with "auto" filled in."""
-    plugin = acc.state.deepspeed_plugin
-    if plugin is not None:
-        ds = copy.deepcopy(plugin.deepspeed_config)
-    else:
-        path = Path(path or DEFAULT_DEEPSPEED_CONFIG)
-        try:
-            ds = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--deepspeed-config {path}: not a readable DeepSpeed JSON: "
-                              f"{exc}") from None
+    """The DeepSpeed JSON at `path` with its "auto" fields filled in. Read from the file even
+    under an accelerate DeepSpeed launch: accelerate's plugin fills "auto" with its own
+    defaults (gradient accumulation 1, clipping 1.0), not PPO's."""
+    path = Path(path or DEFAULT_DEEPSPEED_CONFIG)
+    try:
+        ds = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--deepspeed-config {path}: not a readable DeepSpeed JSON: "
+                          f"{exc}") from None
     zero = ds.setdefault("zero_optimization", {})
     if zero.get("stage") != 3:
         raise ConfigError(f"ppo.sharding zero3 needs zero_optimization.stage 3, the DeepSpeed "
