@@ -120,3 +120,17 @@ def test_zero3_two_processes_train_and_match_data_parallel(tmp_path, repo):
     # step, so a few elements differ by up to lr; the rest agree
     assert float(diff.mean()) < 0.01 * float(moved.mean())
     assert float((diff > 1e-5).float().mean()) < 0.01
+
+
+def test_gpu_check_script_parses_and_its_cpu_part_runs(repo, tmp_path):
+    """bench/gpu_check.sh: the GPU machine's one prepared check. Here (no GPU) it must parse and
+    its CPU-safe part (ZeRO-3 start-up, 3 PPO steps on the tiny world) must pass."""
+    pytest.importorskip("deepspeed")
+    script = repo / "bench" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    env = {**_env(), "PYTHON": sys.executable, "GPU_CHECK_DIR": str(tmp_path),
+           "MASTER_PORT": str(29000 + (os.getpid() * 13 + 5) % 900)}
+    out = subprocess.run(["bash", str(script), "--cpu"], env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    assert "4. ZeRO-3: ok" in out.stdout and "5. PPO: ok, 3 steps" in out.stdout

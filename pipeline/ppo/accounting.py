@@ -33,6 +33,7 @@ class StepCost:
     strong_rm_calls: int = 0
     strong_rm_tokens: int = 0
     seconds: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})
+    gpu_peak_gib: dict = field(default_factory=dict)  # peak GPU memory per phase (CUDA only)
 
     def add_generated(self, n_tokens: int, n_sequences: int = 1) -> None:
         self.tokens_generated += int(n_tokens)
@@ -47,19 +48,27 @@ class StepCost:
         """Adds the wall seconds of the block to phase `name` (one of PHASES)."""
         if name not in self.seconds:
             raise KeyError(f"unknown phase {name!r}; phases: {PHASES}")
+        cuda = _cuda()
+        if cuda is not None:  # seed 000 §5.2 memory creep: what each phase peaks at
+            cuda.reset_peak_memory_stats()
         t = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - t
+            if cuda is not None:
+                self.gpu_peak_gib[name] = max(self.gpu_peak_gib.get(name, 0.0),
+                                              cuda.max_memory_allocated() / 2**30)
 
     def counts(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seconds"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_COUNTS}
 
     def as_metrics(self) -> dict[str, float]:
-        """Flat metrics: the counts, and `seconds_<phase>` for each phase."""
+        """Flat metrics: the counts, `seconds_<phase>` for each phase and, on a GPU,
+        `gpu_peak_gib_<phase>`."""
         out: dict[str, float] = dict(self.counts())
         out.update({f"seconds_{p}": round(s, 4) for p, s in self.seconds.items()})
+        out.update({f"gpu_peak_gib_{p}": round(g, 3) for p, g in self.gpu_peak_gib.items()})
         return out
 
     @staticmethod
@@ -71,10 +80,21 @@ class StepCost:
                 setattr(total, k, getattr(total, k) + v)
             for k, s in p.seconds.items():
                 total.seconds[k] = max(total.seconds[k], s)
+            for k, g in p.gpu_peak_gib.items():
+                total.gpu_peak_gib[k] = max(total.gpu_peak_gib.get(k, 0.0), g)
         return total
 
 
-COUNTERS = tuple(f.name for f in fields(StepCost) if f.name != "seconds")
+_NOT_COUNTS = ("seconds", "gpu_peak_gib")
+COUNTERS = tuple(f.name for f in fields(StepCost) if f.name not in _NOT_COUNTS)
+
+
+def _cuda():
+    """torch.cuda when a GPU is in use, else None (torch imported only then: the math stays light)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch.cuda if torch is not None and torch.cuda.is_available() else None
 
 
 @dataclass

@@ -269,5 +269,7 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
         "fp16": bool(ds.get("fp16", {}).get("enabled")),
         "optimizer": type(engines[0].optimizer).__name__,
         "train_micro_batch_size_per_gpu": ds["train_micro_batch_size_per_gpu"]})
+    if torch.cuda.is_available():  # what the three engines hold on this GPU before step 1
+        described["gpu_gib_after_setup"] = round(torch.cuda.memory_allocated() / 2**30, 3)
     return Engines("zero3", engines[0], engines[1], ref_engine,
                    cfg.gradient_accumulation_steps, acc, described)
