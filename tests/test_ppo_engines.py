@@ -134,3 +134,43 @@ def test_gpu_check_script_parses_and_its_cpu_part_runs(repo, tmp_path):
                          timeout=600, check=False)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     assert "4. ZeRO-3: ok" in out.stdout and "5. PPO: ok, 3 steps" in out.stdout
+
+
+def test_zero3_sigkill_then_resume_equals_uninterrupted_run(tmp_path, repo):
+    """Each process's optimizer share (checkpoints/step-N/zero3/) brings a killed ZeRO-3 run back
+    exactly: same metrics, rows and weights as the uninterrupted run."""
+    pytest.importorskip("deepspeed")
+    import signal
+    import time
+
+    from test_ppo_resume import _metrics, _rows
+
+    world = ppo_tiny.build_world(tmp_path / "world")
+    params = ppo_tiny.write_params(tmp_path / "p.yaml", total_steps=3, batch_size=4,
+                                   mini_batch_size=2, checkpoint_every=2, sharding="zero3",
+                                   gradient_accumulation_steps=2)
+    port = 29000 + (os.getpid() * 17 + 3) % 900
+    a = subprocess.run(_torchrun(world, params, tmp_path / "a", tmp_path / "rows_a", port),
+                       env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert a.returncode == 0, a.stderr[-3000:]
+    out_b = tmp_path / "b"
+    proc = subprocess.Popen(_torchrun(world, params, out_b, tmp_path / "rows_b", port + 1),
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    latest = out_b / "checkpoints" / "latest"
+    deadline = time.monotonic() + 300
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out_b / "summary.json").exists(), "the run finished before it was killed"
+    assert latest.read_text() == "step-000002"
+    res = subprocess.run(
+        _torchrun(world, params, out_b, tmp_path / "rows_b", port + 2, "--resume"),
+        env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _metrics(out_b) == _metrics(tmp_path / "a")
+    assert _rows(tmp_path / "rows_b") == _rows(tmp_path / "rows_a")
+    for rank in (0, 1):
+        assert (out_b / f"weights-rank{rank}.sha256").read_text() == \
+            (tmp_path / "a" / "weights-rank0.sha256").read_text()
