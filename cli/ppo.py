@@ -73,9 +73,10 @@ def ppo(
         report = {"ppo": {k: last.get(k) for k in keys},
                   "rollouts": rollouts_used(rollouts, run_id or out.name),
                   "escalated_rollouts": escalated_rollouts(rollouts, run_id or out.name)}
-        if heldout_store is not None and cfg.eval_max_new_tokens > 0:
-            report["heldout"] = compare(policy, out / "policy", heldout_store,
-                                        cfg.eval_max_new_tokens, cfg.eval_temperature,
+        if heldout_store is not None and cfg.heldout_eval:
+            from rlhf.pipeline.ppo.generate import sampling_of
+
+            report["heldout"] = compare(policy, out / "policy", heldout_store, sampling_of(cfg),
                                         cfg.eval_seed)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))

@@ -171,8 +171,11 @@ def reward(
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
+        from rlhf.pipeline.ppo.generate import sampling_of
+
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
-                log=lambda msg: console.print(f"[dim]{msg}[/]"))
+                log=lambda msg: console.print(f"[dim]{msg}[/]"),
+                ppo_sampling=sampling_of(_config(params, "ppo")))
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
     print_reward_report(m, time.perf_counter() - t0)
@@ -193,6 +196,14 @@ def print_reward_report(m: dict, seconds: float) -> None:
          f"{_fmt(m['gold_mean_fresh_policy'])})", m["spearman_strong_vs_gold_policy_only"]),
         ("  min aggregation", m["spearman_strong_min_vs_gold"]),
         ("Spearman light vs strong (>= 0.9)", m["spearman_light_vs_strong"]),
+        *([(f"on PPO's distribution ({m['onpolicy']['n_prompts']} ppo prompts x "
+            f"{m['onpolicy']['k']}): Spearman vs gold, strong overall / within a prompt",
+            f"{_fmt(m['spearman_strong_vs_gold_onpolicy'])} / "
+            f"{_fmt(m['spearman_strong_vs_gold_onpolicy_within_prompt'])}"),
+           ("  light overall / within a prompt",
+            f"{_fmt(m['spearman_light_vs_gold_onpolicy'])} / "
+            f"{_fmt(m['spearman_light_vs_gold_onpolicy_within_prompt'])}")]
+          if "onpolicy" in m else []),
         ("Spearman light vs gold", m["spearman_light_vs_gold"]),
         ("light held-out accuracy vs annotators / gold",
          f"{_fmt(m['light_heldout_accuracy'])} / {_fmt(m['light_heldout_accuracy_vs_gold'])}"),

@@ -136,49 +136,33 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     summed over its tokens (full tempered distributions, as the PPO trainer's penalty: core.full_kl).
     """
     import torch
-    from rlhf.pipeline.ppo import core
-    from rlhf.pipeline.ppo.scoring import text_format
 
-    format_prompt, _, response_of = text_format()
+    from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, generate,
+                                          pad_responses, response_logits)
+    from rlhf.pipeline.ppo import core
+    from rlhf.pipeline.text import response_of
+
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    tok.padding_side = "left"
+    settings = Sampling(temperature, top_p, cfg.max_new_tokens)
     out: list[dict] = []
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         chunk = prompts[start:start + cfg.batch_size]
-        enc = tok([format_prompt(p) for p in chunk], return_tensors="pt", padding=True,
-                  truncation=True, max_length=cfg.max_prompt_tokens)
+        enc = encode_prompts(tok, chunk, cfg.max_prompt_tokens)
         torch.manual_seed(cfg.seed * 1_000_003 + b)
         with torch.no_grad():
-            seq = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p,
-                                 top_k=0, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad,
-                                 eos_token_id=eos,
-                                 suppress_tokens=[pad] if pad != eos else None)
-            P = enc["input_ids"].shape[1]
-            gen = seq[:, P:]                                           # [B, T]
-            rows = gen.tolist()
-            lengths = [r.index(eos) + 1 if eos in r else len(r) for r in rows]
-            T = gen.shape[1]
-            resp_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [B, T]
-            ids = torch.cat([enc["input_ids"], gen], 1)
-            mask = torch.cat([enc["attention_mask"], resp_mask.long()], 1)
-            kl = core.full_kl(_response_logits(model, ids, mask, P, T, temperature),
-                              _response_logits(ref, ids, mask, P, T, temperature))
+            seq = generate(model, tok, enc, settings).sequences
+            rows = [cut_at_eos(r, eos, pad) for r in seq[:, enc["input_ids"].shape[1]:].tolist()]
+            resp, resp_mask = pad_responses(rows, pad)                 # [B, T]
+            q, qm = enc["input_ids"], enc["attention_mask"]
+            kl = core.full_kl(response_logits(model, q, qm, resp, resp_mask, temperature),
+                              response_logits(ref, q, qm, resp, resp_mask, temperature))
             kl = kl * resp_mask  # [B, T]
         for i, r in enumerate(rows):
-            text = response_of(tok.decode(r[:lengths[i]], skip_special_tokens=True))
-            out.append({"response": text, "n_tokens": lengths[i],
-                        "kl": max(float(kl[i].sum()), 0.0)})
+            text = response_of(tok.decode(r, skip_special_tokens=True))
+            out.append({"response": text, "n_tokens": len(r), "kl": max(float(kl[i].sum()), 0.0)})
         if progress is not None:
             progress(len(chunk))
     return out
-
-
-def _response_logits(model, ids, mask, P: int, T: int, temperature: float):
-    """[B, T, V] logits / temperature at the T response positions of left-padded prompt (P
-    tokens) + response sequences, as the PPO trainer computes them."""
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)  # left padding: positions as in generate
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    return logits[:, P - 1: P - 1 + T].float() / (temperature + 1e-7)
 
 
 def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) -> list[float]:

@@ -1,6 +1,7 @@
 """Load a causal-LM policy and sample responses from it, with their token log-probabilities.
 
-Shared by the stages that need fresh policy samples: `preferences` (k responses per prompt for
+Sampling itself is pipeline/generation.py (prompt rendering, left padding, the cut at eos),
+shared with the PPO trainer and `eval`. Used by the stages that need fresh policy samples: `preferences` (k responses per prompt for
 the annotators), `reward` (rollouts for the light RM's distillation and the RM-vs-gold check)
 and `difficulty` (one response per pool prompt, with the spread of its token log-probs).
 Sampling is reproducible: each generation batch reseeds torch with (seed, batch index).
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlhf.pipeline.text import format_prompt, response_of
+from rlhf.pipeline.text import response_of
 
 
 @dataclass(frozen=True)
@@ -108,41 +109,35 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     """
     import torch
 
+    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, generate
+
     out: list[list[Sample]] = [[] for _ in prompts]
     if not prompts:
         return out
     pad_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
+    settings = Sampling(temperature, top_p, max_new_tokens)
     per_batch = max(1, batch_size // max(1, n))
-    greedy = temperature <= 0
     try:
         for b, start in enumerate(range(0, len(prompts), per_batch)):
             chunk = list(prompts[start:start + per_batch])
-            enc = tokenizer([format_prompt(p) for p in chunk], return_tensors="pt", padding=True)
+            enc = encode_prompts(tokenizer, chunk)
             torch.manual_seed(seed * 1_000_003 + b)
             with torch.no_grad():
-                gen = model.generate(
-                    **enc, do_sample=not greedy, temperature=None if greedy else temperature,
-                    top_p=None if greedy else top_p, top_k=None if greedy else 0,
-                    max_new_tokens=max_new_tokens,
-                    num_return_sequences=1 if greedy else n, pad_token_id=pad,
-                    eos_token_id=eos, output_logits=True, return_dict_in_generate=True,
-                )
+                gen = generate(model, tokenizer, enc, settings, num_return_sequences=n,
+                               output_logits=True)
             new = gen.sequences[:, enc["input_ids"].shape[1]:]  # [rows, T_new]
             logits = torch.stack(gen.logits, dim=1).float()  # [rows, T_new, V] (untempered)
             logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-            reps = 1 if greedy else n
+            reps = 1 if settings.greedy else n
             for row in range(new.shape[0]):
-                ids = new[row].tolist()
-                stop = ids.index(eos) + 1 if eos in ids else len(ids)
-                # a pad equal to EOS only ever follows the stop, so `stop` is right either way
-                text = tokenizer.decode(ids[:stop], skip_special_tokens=True)
+                ids = cut_at_eos(new[row].tolist(), eos, pad)
+                text = tokenizer.decode(ids, skip_special_tokens=True)
                 s = Sample(prompt_index=start + row // reps, response=response_of(text),
-                           n_tokens=stop, logprobs=tuple(float(x) for x in logp[row, :stop]))
+                           n_tokens=len(ids), logprobs=tuple(float(x) for x in logp[row, :len(ids)]))
                 out[s.prompt_index].append(s)
-            if greedy and n > 1:  # greedy decoding is deterministic: the n copies are equal
+            if settings.greedy and n > 1:  # greedy decoding is deterministic: the n copies are equal
                 for i in range(start, start + len(chunk)):
                     out[i] = out[i] * n
             if progress is not None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import ppo_tiny
+from rlhf.pipeline.generation import Sampling
 from rlhf.pipeline.config import build
 from rlhf.pipeline.eval_prompts import held_out_prompts
 from rlhf.pipeline.ppo.config import PPOConfig
@@ -135,7 +136,7 @@ def test_reward_stage_scorer_and_gold_comparison(tmp_path):
     assert all(abs(s[-1] - float(r)) < 1.0 for (_, s), r in zip(per_token, raw))
 
     store = _store(tmp_path / "store", ppo_tiny.PROMPTS)
-    res = compare(world["policy"], world["policy"], store, max_new_tokens=4, temperature=0.7,
-                  seed=0)
+    res = compare(world["policy"], world["policy"], store, Sampling(0.8, 0.95, 4), seed=0)
     assert res["n_prompts"] == res["sft"]["n"] == res["ppo"]["n"] == 5
     assert res["sft"] == res["ppo"] and res["gold_gain"] == 0.0  # same policy, same sampling
+    assert res["sampling"] == {"temperature": 0.8, "top_p": 0.95, "max_new_tokens": 4, "seed": 0}

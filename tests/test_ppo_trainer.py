@@ -13,6 +13,7 @@ import ppo_tiny
 from rlhf.pipeline.config import build
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.config import PPOConfig
+from rlhf.pipeline.ppo.generate import rollout_dropout
 from rlhf.pipeline.ppo.trainer import CSV_COLUMNS, PPOTrainer, RunPaths, load_prompts
 from rlhf.store.hashing import content_hash
 from rlhf.store.io import read_table
@@ -42,6 +43,15 @@ def events(tmp_path):
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def test_adaptive_clip_reads_the_per_token_kl_when_asked(tmp_path):
+    tr = make_trainer(tmp_path, total_steps=3, adaptive_clip_kl="token")
+    tr.train()
+    for x in metrics(tmp_path):
+        kl = x["batch_kl"]
+        assert x["clip_range"] == (0.1 if kl > 0.1 else 0.02 if kl < 0.02 else 0.1)
+    assert metrics(tmp_path)[0]["clip_range"] == 0.02  # step 1: the policy is the reference
+
+
 def test_loop_logs_records_and_checkpoints(tmp_path):
     tr = make_trainer(tmp_path, total_steps=4)
     before = {k: v.clone() for k, v in tr.acc.unwrap_model(tr.policy).state_dict().items()}
@@ -52,8 +62,10 @@ def test_loop_logs_records_and_checkpoints(tmp_path):
         assert all(math.isfinite(x[k]) for k in SIX)
         assert x["rollout_success_rate"] == 1.0
         assert x["gae_lambda"] == 0.92  # λ-ε table, first phase (seed 000 §3.3)
-        # adaptive clip (seed 001 §5.2) on top of the table's ε = 0.1
-        expected = 0.1 if x["batch_kl"] > 0.1 else 0.02 if x["batch_kl"] < 0.02 else 0.1
+        # adaptive clip (seed 001 §5.2) on top of the table's ε = 0.1, from the batch's KL
+        # per response (adaptive_clip_kl: sequence, the default)
+        kl = x["kl_div_mean"]
+        expected = 0.1 if kl > 0.1 else 0.02 if kl < 0.02 else 0.1
         assert x["clip_range"] == expected
     assert [x["kl_coef"] for x in m] == pytest.approx([0.0, 0.05 / 3, 0.1 / 3, 0.05])  # warm-up
     # seed 000 §4.4: a CSV line every `csv_every` (2) steps, exactly the six metrics
@@ -217,12 +229,12 @@ def test_rollout_dropout_is_active_only_while_sampling(tmp_path):
     model = tr.acc.unwrap_model(tr.policy)
     attn = [m for m in model.modules() if isinstance(getattr(m, "attention_dropout", None), float)]
     assert attn and all(m.attention_dropout == 0.0 for m in attn)
-    with tr._rollout_dropout(model):
+    with rollout_dropout(model, tr.cfg):
         assert model.training and all(m.attention_dropout == 0.5 for m in attn)
     assert not model.training and all(m.attention_dropout == 0.0 for m in attn)
     off = make_trainer(tmp_path / "off")
     m2 = off.acc.unwrap_model(off.policy)
-    with off._rollout_dropout(m2):
+    with rollout_dropout(m2, off.cfg):
         assert not m2.training  # default (seed 001 §5.2 is opt-in): plain eval-mode sampling
 
 
@@ -244,7 +256,7 @@ def test_policy_never_samples_the_pad_token(tmp_path):
     assert bool(r.valid.all()) and r.response[:, 0].tolist() == [tr.eos_id] * 4
     tr.score(r)
     tr.forward_logprobs(r)
-    tr.critic_values(r)  # the critic's mask assertion holds
+    tr.learner.values(r, tr.pad_id)  # the critic's mask assertion holds
 
 
 def test_grad_norm_diagnosis_is_warned_once_and_logged_every_step(tmp_path):

@@ -51,6 +51,11 @@ class PPOConfig:
     adaptive_clip_low: float = 0.02
     adaptive_clip_high: float = 0.1
     adaptive_clip_between: Literal["keep", "interpolate"] = "keep"
+    # what "the batch KL" is: "sequence" = the mean over rollouts of the KL summed over a
+    # response (what TRL and OpenRLHF log as the KL); "token" = the mean per-token KL. At the
+    # start of a run the policy is the reference, so every per-token KL is below 0.02 and the
+    # seed's rule pins ε at 0.02, which keeps it there (README, "Does it learn")
+    adaptive_clip_kl: Literal["sequence", "token"] = "sequence"
     # seed 001 §5.1: kl_coef from 0 to kl_coef over the first steps
     kl_warmup_on: bool = False
     kl_warmup_steps: int = 100
@@ -90,10 +95,10 @@ class PPOConfig:
     csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
     debug_rollouts: bool = False  # seed 001 §5.2: full text only in debug rollout mode
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
-    # held-out gold evaluation of the SFT and the PPO policy (pipeline/ppo/evaluate.py), with
-    # the same sampling for both; 0 new tokens = no evaluation
-    eval_max_new_tokens: int = 64
-    eval_temperature: float = 0.7
+    # held-out gold evaluation of the SFT and the PPO policy after training (`rlhf ppo
+    # --heldout-store`, pipeline/ppo/evaluate.py): both sampled as PPO samples (temperature,
+    # top_p, max_new_tokens above), the same as the eval stage and bench/economy.py
+    heldout_eval: bool = True
     eval_seed: int = 0
 
     def __post_init__(self) -> None:

@@ -1,10 +1,13 @@
 """Held-out gold evaluation of a PPO run: the gold judge's scores of the SFT policy and of the
 PPO policy on the same held-out prompts, with the same sampling (what `artifacts/metrics/ppo.json`
-reports). The judge (rlhf.pipeline.world.judge.gold_score) never trains anything.
+reports), sampled exactly as PPO samples (`generate.sampling_of(cfg)`; the eval stage and
+bench/economy.py use the same settings). The judge (rlhf.pipeline.world.judge.gold_score) never
+trains anything.
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
     python -c "from rlhf.pipeline.ppo.evaluate import gold_eval; \
-print(gold_eval('artifacts/models/sft', [('x', 'Why do leaves look green?')]))"
+from rlhf.pipeline.generation import Sampling; \
+print(gold_eval('artifacts/models/sft', [('x', 'Why do leaves look green?')], Sampling(0.8, 0.95, 48)))"
 
 Held-out prompts are every member of the eval-split clusters (pipeline/eval_prompts.py), none of
 which PPO (split "ppo") or the reward models (split "reward") saw.
@@ -16,18 +19,21 @@ import math
 from pathlib import Path
 
 
-def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], max_new_tokens: int = 64,
-              temperature: float = 0.7, seed: int = 0, batch_size: int = 64) -> dict:
-    """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos),
-    scored by the gold judge: {n, gold_mean, gold_std, response_tokens_mean}."""
+def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
+              seed: int = 0, batch_size: int = 64, judge=None) -> dict:
+    """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos) at
+    `sampling` (generation.Sampling), scored by the gold judge:
+    {n, gold_mean, gold_std, response_tokens_mean}."""
     from rlhf.pipeline.policy import load_policy, sample
-    from rlhf.pipeline.world.judge import gold_score
 
+    if judge is None:
+        from rlhf.pipeline.world.judge import gold_score as judge
     model, tok = load_policy(policy_path)
     texts = [t for _, t in prompts]
-    outs = sample(model, tok, texts, n=1, max_new_tokens=max_new_tokens,
-                  temperature=temperature, top_p=1.0, seed=seed, batch_size=batch_size)
-    scores = [gold_score(p, o[0].response) for p, o in zip(texts, outs)]
+    outs = sample(model, tok, texts, n=1, max_new_tokens=sampling.max_new_tokens,
+                  temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
+                  batch_size=batch_size)
+    scores = [judge(p, o[0].response) for p, o in zip(texts, outs)]
     n = len(scores)
     mean = sum(scores) / n if n else float("nan")
     std = math.sqrt(sum((x - mean) ** 2 for x in scores) / (n - 1)) if n > 1 else 0.0
@@ -35,20 +41,21 @@ def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], max_new_t
             "response_tokens_mean": round(sum(o[0].n_tokens for o in outs) / max(n, 1), 2)}
 
 
-def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path,
-            max_new_tokens: int, temperature: float, seed: int) -> dict:
-    """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables)."""
+def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, sampling,
+            seed: int) -> dict:
+    """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
+    sampled alike (the same seed: a paired comparison)."""
     from rlhf.pipeline.eval_prompts import held_out_prompts
 
     prompts = held_out_prompts(store_root)
     if not prompts:
         raise ValueError(f"no held-out (eval-split) prompts in {store_root}")
-    sft = gold_eval(sft_path, prompts, max_new_tokens, temperature, seed)
-    ppo = gold_eval(ppo_path, prompts, max_new_tokens, temperature, seed)
+    sft = gold_eval(sft_path, prompts, sampling, seed)
+    ppo = gold_eval(ppo_path, prompts, sampling, seed)
     return {"n_prompts": len(prompts), "sft": sft, "ppo": ppo,
             "gold_gain": round(ppo["gold_mean"] - sft["gold_mean"], 4),
-            "sampling": {"temperature": temperature, "top_p": 1.0,
-                         "max_new_tokens": max_new_tokens, "seed": seed}}
+            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                         "max_new_tokens": sampling.max_new_tokens, "seed": seed}}
 
 
 def rollouts_used(rollouts: str | Path, run_id: str) -> int:

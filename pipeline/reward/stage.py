@@ -51,6 +51,8 @@ class RewardConfig:
     light: LightConfig = field(default_factory=LightConfig)
     rollout_prompts: int = 300  # pool prompts (ppo split) sampled for the light RM's distillation
     rollout_k: int = 4  # responses per rollout prompt
+    onpolicy_k: int = 6  # SFT samples per ppo-split prompt, at PPO's sampling settings, for the
+    # headline on-policy Spearman of each RM vs gold (pipeline/reward/onpolicy.py); 0 = skip
     eval_prompts: int = 100  # unseen (eval-split) prompts for the RM-vs-gold Spearman
     eval_k: int = 2
     eval_demo_candidates: int = 0  # + demonstrations of the topic per eval prompt (needs --demos)
@@ -231,14 +233,24 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
 
 
 def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[str],
-                ann_rows: Sequence[dict], demos_path) -> tuple[list[str], list[str], list[list[int]]]:
+                ann_rows: Sequence[dict], demos_path, sampling=None
+                ) -> tuple[list[str], list[str], list[list[int]]]:
     """(prompts, responses, groups) the light RM is distilled on: `rollout_k` SFT samples plus
     `distill_demo_candidates` topic demonstrations per rollout prompt, and every training
-    ranking's responses (SFT rollouts too); one group of indices per prompt / ranking."""
+    ranking's responses (SFT rollouts too).
+
+    The SFT samples are drawn as PPO will draw them (`sampling`, generation.Sampling; None: this
+    section's temperature, top-p 1), and a prompt's samples form a listwise group of their own,
+    apart from its demonstrations: what PPO needs is the order among the policy's own samples,
+    which a group dominated by (much better) demonstrations barely teaches (on-policy
+    within-prompt Spearman vs gold 0.29 -> 0.61, bench/onpolicy_rm.py, README)."""
     from rlhf.pipeline.policy import sample
 
+    temperature, top_p, max_new = ((sampling.temperature, sampling.top_p, sampling.max_new_tokens)
+                                   if sampling is not None
+                                   else (cfg.temperature, 1.0, cfg.max_new_tokens))
     roll = sample(policy, tokenizer, list(rollout_prompts), n=cfg.rollout_k,
-                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                  max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                   seed=cfg.seed + 1, batch_size=cfg.batch_size)
     d_prompts: list[str] = []
     d_resps: list[str] = []
@@ -253,10 +265,11 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
     else:
         demos = [[] for _ in rollout_prompts]
     for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
-        resps = [s.response for s in ss] + extra_resps
-        groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
-        d_prompts += [p] * len(resps)
-        d_resps += resps
+        for resps in ([s.response for s in ss], extra_resps):
+            if resps:
+                groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
+                d_prompts += [p] * len(resps)
+                d_resps += resps
     by_rank: dict[str, list[dict]] = defaultdict(list)
     for r in ann_rows:
         if r["split"] == "train":
@@ -277,7 +290,10 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None,
-        log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None) -> dict[str, Any]:
+    """Train, calibrate, distil and report. `ppo_sampling` (generation.Sampling): how PPO will
+    sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
+    None: this section's temperature, top-p 1."""
     import torch
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
@@ -380,7 +396,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
     log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
     d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, ann_rows,
-                                             demos_path)
+                                             demos_path, ppo_sampling)
     targets, _ = strong(d_prompts, d_resps)
     ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
     log(f"distilling the light RM on {len(ids)} strong-RM labels")
@@ -449,7 +465,16 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
     })
 
-    # 5. annotator drift, external human preferences -------------------------------------------
+    # 5. on PPO's own distribution: SFT samples of the ppo-split prompts as PPO samples them ----
+    if cfg.onpolicy_k:
+        metrics["onpolicy"] = onpolicy_figures(cfg, policy, ptok, rollout_prompts, strong, light,
+                                               judge, ppo_sampling, log)
+        for rm in ("strong", "light"):
+            metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
+            metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
+                metrics["onpolicy"][rm]["spearman_within_prompt"]
+
+    # 6. annotator drift, external human preferences -------------------------------------------
     metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
     metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
@@ -457,6 +482,30 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
         Path(metrics_path).write_text(json.dumps(_jsonable(metrics), indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str], strong, light,
+                     judge, sampling, log) -> dict[str, Any]:
+    """Each RM's Spearman vs gold on `onpolicy_k` fresh SFT samples per ppo-split prompt at
+    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py)."""
+    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
+
+    sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)
+    log(f"sampling {len(prompts)} x {cfg.onpolicy_k} responses as PPO samples them "
+        f"(T {sampling.temperature}, top-p {sampling.top_p}) for the on-policy Spearman")
+    data = onpolicy_set(policy, tokenizer, prompts, cfg.onpolicy_k, sampling.temperature,
+                        sampling.top_p, sampling.max_new_tokens, cfg.seed + 3, cfg.batch_size,
+                        judge)
+    out: dict[str, Any] = {"n_prompts": len(prompts), "k": cfg.onpolicy_k,
+                           "sampling": {"temperature": sampling.temperature,
+                                        "top_p": sampling.top_p,
+                                        "max_new_tokens": sampling.max_new_tokens},
+                           "gold_mean": sum(data.gold) / max(len(data), 1)}
+    for name, scorer in (("strong", strong), ("light", light)):
+        rewards, _ = scorer(data.prompts, data.responses)
+        out[name] = onpolicy_report([float(x) for x in rewards], data)
+    return out
 
 
 def _sign_bins(conf: Sequence[float], ok: Sequence[bool],

@@ -1,0 +1,62 @@
+"""How well the reward models rank PPO's own distribution: Spearman against the gold judge over
+SFT samples of the ppo-split prompts at PPO's sampling settings, overall and within a prompt
+(pipeline/reward/onpolicy.py), for the RM folders of `dvc repro reward` (or any given).
+
+    .venv/bin/python bench/onpolicy_rm.py                       # rm_light and rm_strong
+    .venv/bin/python bench/onpolicy_rm.py --rm artifacts/models/rm_light --k 6
+
+Figures, not a test; the reward stage reports the same numbers for the RMs it trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--artifacts", default="artifacts", type=Path)
+    ap.add_argument("--params", default="params.yaml", type=Path)
+    ap.add_argument("--rm", action="append", type=Path, help="RM scorer folder (repeatable)")
+    ap.add_argument("--k", type=int, default=6, help="samples per prompt")
+    ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    args = ap.parse_args()
+
+    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.policy import load_policy, quiet_hf
+    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
+    from rlhf.store.io import read_table
+
+    quiet_hf()
+    a = args.artifacts
+    ppo = load_section(args.params, "ppo")
+    prompts = sorted(r["text"] for r in read_table("pool", a / "store/pool").to_pylist()
+                     if r["split"] == "ppo")
+    policy, tok = load_policy(a / "models/sft")
+    t0 = time.perf_counter()
+    data = onpolicy_set(policy, tok, prompts, args.k, ppo.temperature, ppo.top_p,
+                        ppo.max_new_tokens, args.seed, 64)
+    print(f"{len(prompts)} prompts x {args.k} samples at T={ppo.temperature} top_p={ppo.top_p} "
+          f"({time.perf_counter() - t0:.0f}s); gold mean {sum(data.gold) / len(data):.3f}, "
+          f"max {max(data.gold):.2f}")
+    rows = []
+    for rm in args.rm or [a / "models/rm_light", a / "models/rm_strong"]:
+        scores, _ = load_scorer(rm).score(data.prompts, data.responses)
+        row = {"rm": str(rm), **onpolicy_report([float(s) for s in scores], data)}
+        rows.append(row)
+        print(json.dumps(row))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Checkpoints of a PPO run: weights, optimisers, schedulers, RNG of every process, and the state
+of everything stateful (sampler, KL controller, detectors, cost totals, every rollout hook).
+
+Atomic: written to a hidden folder, then renamed; `latest` names the newest. The store rows up to
+the checkpoint's step are on disk before `latest` moves, so a run killed later resumes from here
+and trims only what came after.
+
+    rlhf ppo ... --resume          # continue exactly from checkpoints/latest
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+
+def trainer_state(t, step: int) -> dict:
+    return {"step": step, "sampler": t.sampler.state_dict(), "kl_controller": t.kl_ctl.state_dict(),
+            "collapse": t.collapse.state_dict(), "gradmon": t.gradmon.state_dict(),
+            "totals": t.totals.state_dict(), "hooks": t.hooks.state_dict(),
+            "config": asdict(t.cfg), "world_size": t.dist.world,
+            "parent_checkpoint": t.parent_checkpoint}
+
+
+def save(t, step: int) -> Path:
+    """Checkpoint `step` of trainer `t` (every process takes part)."""
+    acc, paths = t.acc, t.paths
+    final = paths.checkpoints / f"step-{step:06d}"
+    tmp = paths.checkpoints / f".step-{step:06d}.tmp"
+    if acc.is_main_process:
+        t.recorder.flush()
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    acc.wait_for_everyone()
+    torch.save({"python": random.getstate(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+               tmp / f"rng-rank{t.dist.rank}.pt")
+    if acc.is_main_process:
+        torch.save(acc.unwrap_model(t.policy).state_dict(), tmp / "policy.pt")
+        torch.save(acc.unwrap_model(t.critic).state_dict(), tmp / "critic.pt")
+        torch.save({"policy": t.opt_p.state_dict(), "critic": t.opt_c.state_dict(),
+                    "sched_policy": t.sched_p.state_dict(),
+                    "sched_critic": t.sched_c.state_dict()}, tmp / "optim.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state(t, step)))
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        latest = paths.checkpoints / ".latest.tmp"
+        latest.write_text(final.name)
+        latest.replace(paths.checkpoints / "latest")
+        t.recorder.record_checkpoint(step, final, t.parent_checkpoint, t.data_version)
+    t.parent_checkpoint = paths.checkpoint_id(step)
+    acc.wait_for_everyone()
+    return final
+
+
+def load(t) -> int:
+    """Restore the newest checkpoint into trainer `t`; drop every record written after it.
+    Returns its step."""
+    acc, paths = t.acc, t.paths
+    pointer = paths.checkpoints / "latest"
+    if not pointer.exists():
+        raise FileNotFoundError(f"no checkpoint to resume from in {paths.checkpoints}")
+    ckpt = paths.checkpoints / pointer.read_text().strip()
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    if state["world_size"] != t.dist.world:
+        raise ValueError(f"checkpoint was written by {state['world_size']} processes, "
+                         f"this run has {t.dist.world}: resume with the same world size")
+    step = int(state["step"])
+    acc.unwrap_model(t.policy).load_state_dict(torch.load(ckpt / "policy.pt"))
+    acc.unwrap_model(t.critic).load_state_dict(torch.load(ckpt / "critic.pt"))
+    optim = torch.load(ckpt / "optim.pt", weights_only=False)
+    t.opt_p.load_state_dict(optim["policy"])
+    t.opt_c.load_state_dict(optim["critic"])
+    t.sched_p.load_state_dict(optim["sched_policy"])
+    t.sched_c.load_state_dict(optim["sched_critic"])
+    t.sampler.load_state_dict(state["sampler"])
+    t.kl_ctl.load_state_dict(state["kl_controller"])
+    t.collapse.load_state_dict(state["collapse"])
+    t.gradmon.load_state_dict(state["gradmon"])
+    t.totals.load_state_dict(state["totals"])
+    t.hooks.load_state_dict(state.get("hooks", {}))
+    rng = torch.load(ckpt / f"rng-rank{t.dist.rank}.pt", weights_only=False)
+    random.setstate(rng["python"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None:
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    if acc.is_main_process:
+        t.recorder.truncate(step)
+        # killed between `latest` and the row: write it now (same id, same parent)
+        t.recorder.record_checkpoint(step, ckpt, state.get("parent_checkpoint"), t.data_version,
+                                     only_if_missing=True)
+    t.parent_checkpoint = paths.checkpoint_id(step)
+    acc.wait_for_everyone()
+    return step

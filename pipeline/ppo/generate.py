@@ -1,0 +1,137 @@
+"""PPO's generation phase: one batch of prompts -> a `Rollout`, through pipeline/generation.py
+(left padding, the cut at eos, full-vocabulary log-probs), with the generation hooks' logits
+processors and stopping criteria, the seed's timeout fallback, and the forward passes that give
+old / reference log-probs, entropy and the exact KL.
+
+    python -c "from rlhf.pipeline.ppo.generate import FALLBACK_RESPONSE; print(FALLBACK_RESPONSE)"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, generate,
+                                      pad_responses, response_logits, token_entropy,
+                                      token_logprobs)
+from rlhf.pipeline.ppo import core
+from rlhf.pipeline.ppo.rollout import Rollout
+from rlhf.pipeline.text import response_of
+
+FALLBACK_RESPONSE = "..."  # seed 000 §4.3: a timed-out rollout becomes prompt + "..."
+
+
+def sampling_of(cfg) -> Sampling:
+    """PPO's sampling settings (ppo.temperature / top_p / max_new_tokens), the one place."""
+    return Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+
+
+@torch.no_grad()
+def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str, device,
+                     hooks=(), step: int = 0, on_error=lambda exc: None) -> Rollout:
+    """Sample one response per (prompt_id, text); rows that timed out unfinished or failed
+    become the fallback response with `valid=False` (no gradient, no score)."""
+    from transformers import MaxTimeCriteria
+
+    ids, texts = [b[0] for b in batch], [b[1] for b in batch]
+    enc = encode_prompts(tok, texts, cfg.max_prompt_tokens).to(device)
+    P = enc["input_ids"].shape[1]
+    flags: list[list[str]] = [[] for _ in texts]
+    processors, stops = [], [MaxTimeCriteria(cfg.generation_timeout_s)]
+    for h in hooks:
+        p, s = h.processors(step, len(texts))
+        processors += p
+        stops += s
+    started = time.monotonic()
+    try:
+        with rollout_dropout(model, cfg):
+            out = generate(model, tok, enc, sampling_of(cfg), logits_processors=processors,
+                           stopping_criteria=stops).sequences
+        gen = out[:, P:].cpu().tolist()
+        timed_out = time.monotonic() - started > cfg.generation_timeout_s
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
+        gen, timed_out = [[] for _ in texts], False
+        for f in flags:
+            f.append("generation_error")
+        on_error(exc)
+    pad, eos = tok.pad_token_id, tok.eos_token_id
+    fallback = tok(FALLBACK_RESPONSE, add_special_tokens=False)["input_ids"] or [eos]
+    responses, valid, generated = [], [], []
+    for i, g in enumerate(gen):
+        stopped = eos in g
+        g = cut_at_eos(g, eos, pad)
+        generated.append(len(g))  # what the policy spent, whatever happens to the sample
+        unfinished = not stopped and len(g) < cfg.max_new_tokens
+        if not g or flags[i] or (timed_out and unfinished):
+            flags[i].append("timeout" if timed_out else "fallback")
+            g = list(fallback)
+            valid.append(False)
+        else:
+            if not stopped:
+                flags[i].append("no_eos")
+            valid.append(True)
+        responses.append(g)
+    resp, resp_mask = pad_responses(responses, pad)
+    # the scorer sees the response as every other stage cut it (pipeline/text.py)
+    texts_out = [FALLBACK_RESPONSE if not v
+                 else response_of(tok.decode(g, skip_special_tokens=True))
+                 for g, v in zip(responses, valid)]
+    r = Rollout(prompt_ids=ids, prompts=texts, responses=texts_out, query=enc["input_ids"],
+                query_mask=enc["attention_mask"], response=resp.to(device),
+                response_mask=resp_mask.to(device), valid=torch.tensor(valid, device=device),
+                flags=flags, policy_version=version, extras={"generated_tokens": generated})
+    for h in hooks:
+        h.finish(r)
+    return r
+
+
+def rollout_dropout(model, cfg):
+    """Seed 001 §5.2: optionally keep dropout active while sampling (off by default)."""
+    if not cfg.rollout_dropout_on:
+        model.eval()
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def active():
+        saved = []
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                saved.append((m, "p", m.p))
+                m.p = cfg.rollout_dropout
+            elif isinstance(getattr(m, "attention_dropout", None), float):
+                saved.append((m, "attention_dropout", m.attention_dropout))
+                m.attention_dropout = cfg.rollout_dropout
+        model.train()
+        try:
+            yield
+        finally:
+            for m, name, value in saved:
+                setattr(m, name, value)
+            model.eval()
+    return active()
+
+
+def policy_logits(model, r: Rollout, temperature: float, idx: torch.Tensor | None = None):
+    """[b, T, V] response-token logits / temperature of rows `idx` (all rows: None)."""
+    q, qm, resp, rm = r.query, r.query_mask, r.response, r.response_mask
+    if idx is not None:
+        q, qm, resp, rm = q[idx], qm[idx], resp[idx], rm[idx]
+    return response_logits(model, q, qm, resp, rm, temperature)
+
+
+@torch.no_grad()
+def forward_logprobs(policy, ref, r: Rollout, cfg) -> None:
+    """Old and reference log-probs, entropy and per-token KL, all from full distributions."""
+    logits = policy_logits(policy, r, cfg.temperature)
+    ref_logits = policy_logits(ref, r, cfg.temperature)
+    core.check_full_distribution(torch.log_softmax(logits[:1], -1), logits.shape[-1])
+    r.logprobs = token_logprobs(logits, r.response)
+    r.ref_logprobs = token_logprobs(ref_logits, r.response)
+    r.entropy = token_entropy(logits)
+    if cfg.kl_estimator == "full":
+        kl = core.full_kl(logits, ref_logits)  # §5.4: exact, over the whole vocabulary
+    else:
+        kl = core.kl_estimate(r.logprobs, r.ref_logprobs, cfg.kl_estimator)
+    r.kl = kl * r.response_mask
