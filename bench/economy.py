@@ -16,8 +16,9 @@ its PPOConfig switches on top of `seed` (the feature alone) or of another arm.
 Every arm x seed trains with the same budget: `--steps` PPO steps of `batch_size` rollouts and at
 most `--tokens` generated tokens (default: steps x batch_size x max_new_tokens, the most `steps`
 PPO steps can generate). Its saved checkpoints are scored by the gold judge on the held-out
-prompts (pipeline/eval_prompts.py; the ppo section's eval sampling, one seed for every policy:
-`rlhf.pipeline.ppo.evaluate.gold_eval`), the SFT policy being the point at 0 tokens; curves are
+prompts (pipeline/eval_prompts.py) by `rlhf.pipeline.ppo.evaluate.gold_eval`, sampled as PPO
+samples (`sampling_of`) with ppo.eval_seed for every policy, the SFT policy being the point at 0
+tokens; curves are
 interpolated on cumulative generated tokens. Each arm x seed is one subprocess with one torch
 thread (RLHF_TORCH_THREADS=1) whose result lands in <out>/results/<arm>/seed<k>.json, so arms run
 one at a time and a rerun skips what is there (unless --force) as long as the inputs (hashes of
@@ -68,11 +69,11 @@ PEER_GROUP = 4  # GRPO / RLOO samples per prompt (16 rollouts a step = 4 prompts
 EVAL_POINTS = 6  # checkpoints per run besides SFT
 
 # --quick: a tiny world (economy_world.py) and a budget that runs in seconds
-QUICK_PPO = {"batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 8,
+QUICK_PPO = {"batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 16,
              "max_prompt_tokens": 16, "learning_rate": 1e-3, "critic_learning_rate": 1e-3,
              "critic_hidden_size": 32, "critic_layers": 2, "critic_heads": 4,
              "critic_max_tokens": 16, "kl_warmup_steps": 3, "gradnorm_reference_steps": 2,
-             "attn_implementation": "eager", "eval_max_new_tokens": 16}
+             "attn_implementation": "eager"}
 QUICK_STEPS = 8
 QUICK_POINTS = 4
 
@@ -103,6 +104,7 @@ def prepare(args) -> dict:
     """Snapshot the inputs under <out>/inputs (every job of a report reads the same files, even
     if the artifacts are regenerated meanwhile) and write <out>/setup.json; returns it."""
     from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.ppo.generate import sampling_of
     from rlhf.store.hashing import content_hash, tree_hash
 
     out = args.out
@@ -149,8 +151,8 @@ def prepare(args) -> dict:
         "strong_reward": str(strong) if strong else None,
         "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
         "held_out": held, "base_config": asdict(base),
-        "eval": {"n_prompts": len(held), "max_new_tokens": base.eval_max_new_tokens,
-                 "temperature": base.eval_temperature, "seed": base.eval_seed},
+        # held-out gold sampled as PPO samples (the ppo stage's and the eval stage's one rule)
+        "eval": {"n_prompts": len(held), **asdict(sampling_of(base)), "seed": base.eval_seed},
     }
     (out / "setup.json").write_text(json.dumps(setup, indent=1))
     return json.loads((out / "setup.json").read_text())  # as the jobs will read it
@@ -176,11 +178,12 @@ def load_result(path: Path, spec: dict) -> dict | None:
 
 # --------------------------------------------------------------------------- one job
 def gold_of(policy_folder: Path, setup: dict) -> dict:
+    from rlhf.pipeline.generation import Sampling
     from rlhf.pipeline.ppo.evaluate import gold_eval
 
     e = setup["eval"]
-    return gold_eval(policy_folder, [tuple(p) for p in setup["held_out"]], e["max_new_tokens"],
-                     e["temperature"], e["seed"])
+    sampling = Sampling(e["temperature"], e["top_p"], e["max_new_tokens"])
+    return gold_eval(policy_folder, [tuple(p) for p in setup["held_out"]], sampling, e["seed"])
 
 
 def gold_of_weights(weights: Path, setup: dict, scratch: Path) -> dict:

@@ -98,8 +98,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: every "
         f"{setup['token_budget'] // setup['points']:,} tokens)")
     lines.append(f"- held-out gold: the world's gold judge on {e['n_prompts']} eval-split "
-                 f"prompts, one sample each (max {e['max_new_tokens']} new tokens, temperature "
-                 f"{e['temperature']}, seed {e['seed']}, the same for every policy)")
+                 f"prompts, one sample each, sampled as PPO samples (max {e['max_new_tokens']} new "
+                 f"tokens, temperature {e['temperature']}, top-p {e['top_p']}, seed {e['seed']}, "
+                 "the same for every policy)")
     lines.append("- inputs: " + ", ".join(f"{k} `{v}`" for k, v in setup["hashes"].items()))
     if sft is None or not runs.get(baseline):
         lines += ["", f"No results yet for SFT and the `{baseline}` arm: run the arms first.", ""]
