@@ -283,7 +283,7 @@ def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
 # --------------------------------------------------------------------------- the driver
 # seconds per PPO step and per gold evaluation, measured on 2 shared cores (one thread a job);
 # a projection uses the saved results' own timings when there are any
-DEFAULT_SECONDS = {"ppo_step": 3.0, "peer_step": 3.0, "eval": 12.0, "startup": 10.0}
+DEFAULT_SECONDS = {"ppo_step": 2.5, "peer_step": 2.5, "eval": 10.0, "startup": 15.0}
 
 
 def projected_seconds(setup: dict, out: Path, jobs: list[tuple[str, int | None]]) -> float:
@@ -292,7 +292,8 @@ def projected_seconds(setup: dict, out: Path, jobs: list[tuple[str, int | None]]
         if arm_name == "sft":
             total += DEFAULT_SECONDS["startup"] + DEFAULT_SECONDS["eval"]
             continue
-        done = [json.loads(p.read_text()) for p in (out / "results" / arm_name).glob("*.json")]
+        done = [r for r in (load_result(p, spec_of(setup, arm_name))
+                            for p in (out / "results" / arm_name).glob("seed*.json")) if r]
         if done:
             total += sum(d["seconds_train"] + d["seconds_eval"] for d in done) / len(done)
             total += DEFAULT_SECONDS["startup"]

@@ -81,6 +81,8 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
         """Saves the weights at token checkpoints and stops at the token budget."""
 
         def on_step_end(self, args, state, control, model=None, **kw):
+            if state.global_step % updates_per_batch:
+                return control  # mid-batch: the weights have not had this batch's updates yet
             while pending and ledger.tokens_generated >= pending[0]:
                 mark = pending.pop(0)
                 folder = out / "checkpoints" / f"tok-{mark:08d}"
@@ -90,8 +92,7 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
                                      "tokens_generated": ledger.tokens_generated,
                                      "rollouts_started": ledger.rollouts_started})
             # a generation batch is used for all its updates before the run stops (as a PPO step)
-            if (ledger.tokens_generated >= token_budget
-                    and state.global_step % updates_per_batch == 0):
+            if ledger.tokens_generated >= token_budget:
                 control.should_training_stop = True
             return control
 

@@ -174,6 +174,7 @@ def main() -> int:
 
     import torch
     import transformers
+    import trl
     from rlhf.pipeline.config import load_section
     from rlhf.pipeline.ppo.config import plain
 
@@ -219,7 +220,7 @@ def main() -> int:
                     f"{statistics.mean(s['response_len'] for s in our_steps):.1f}), "
                     f"temperature {cfg.temperature}, full critic, {args.steps} steps, "
                     f"{os.environ['RLHF_TORCH_THREADS']} torch thread, torch {torch.__version__}"
-                    f", TRL {trl_version} (side venv) vs ours on trl {__import__('trl').__version__}"),
+                    f", TRL {trl_version} (side venv); ours on trl {trl.__version__}"),
         "rows": [row("ours (plain PPO)", our_steps, our_wall),
                  row(f"TRL {trl_version} PPOTrainer", trl_steps, trl_wall)],
         "note": ("Update = ours: advantages + PPO epochs (`seconds_update`); TRL: its minibatch "
