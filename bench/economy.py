@@ -147,6 +147,7 @@ def prepare(args) -> dict:
     tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
     setup = {
         "quick": bool(args.quick), "steps": steps, "token_budget": tokens, "points": args.points,
+        "peer_group": PEER_GROUP,
         "paths": {k: str(inputs / v.name) for k, v in src.items()},
         "strong_reward": str(strong) if strong else None,
         "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
@@ -241,10 +242,9 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     else:
         from economy_peers import train_peer
 
-        budget = setup["token_budget"]
-        marks_at = [round(budget * (i + 1) / setup["points"]) for i in range(setup["points"])]
         peer = train_peer(arm.trainer, cfg, Path(paths["sft"]), Path(paths["rm_light"]),
-                          ppo_prompts(Path(paths["pool"])), work, budget, marks_at, PEER_GROUP)
+                          ppo_prompts(Path(paths["pool"])), work, setup["token_budget"],
+                          setup["peer_group"])
         seconds_train = time.perf_counter() - t
         cost = peer["cost"]
         marks = [(c["step"], c["tokens_generated"], Path(c["folder"]) / "policy.pt")
@@ -321,6 +321,8 @@ def drive(args, setup: dict) -> list[str]:
     print(f"economy: {len(todo)} job(s) to run ({', '.join(f'{a}:{s}' for a, s in todo) or '-'});"
           f" projected {est / 60:.1f} min of one core, ~{est / 60 / max(1, args.jobs):.1f} min "
           f"with --jobs {args.jobs}", flush=True)
+    if args.dry_run:
+        return []
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
@@ -362,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="arm x seed jobs in parallel")
     ap.add_argument("--force", action="store_true", help="rerun jobs that have results")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the jobs and the projected time, run nothing")
     ap.add_argument("--quick", action="store_true", help="tiny world, plain + seed, seed 0")
     ap.add_argument("--job", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -384,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         setup = prepare(args)
         failed = drive(args, setup)
+        if args.dry_run:
+            return 0
     from economy_report import write_report
 
     command = "python bench/economy.py " + " ".join(sys.argv[1:] if argv is None else argv)

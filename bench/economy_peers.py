@@ -10,7 +10,8 @@ range and update count per rollout as the PPO arm they stand beside: a generatio
 A run stops at the token budget or at the PPO arm's rollout count (`max_steps`), whichever comes
 first, after the last generation batch has had all its updates; every
 completion token TRL generated is counted (EOS included, as our trainer counts). The policy's
-weights are saved at each token checkpoint for the held-out gold evaluation.
+weights are saved every `checkpoint_every` generation batches (a PPO step's worth of rollouts),
+as the PPO arms save theirs, for the held-out gold evaluation.
 
     .venv/bin/python bench/economy.py --arms grpo rloo --seeds 0    # runs through this module
 """
@@ -32,13 +33,14 @@ class Ledger:
     light_rm_calls: int = 0
     light_rm_tokens: int = 0
     seconds_score: float = 0.0
-    saved: list[dict] = field(default_factory=list)  # token checkpoints written
+    saved: list[dict] = field(default_factory=list)  # checkpoints written
 
 
 def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[str, str]],
-               out: Path, token_budget: int, checkpoint_tokens: list[int], group: int = 4) -> dict:
-    """Train `kind` ("grpo" or "rloo") and save `checkpoints/tok-NNNNNNNN/policy.pt` the first
-    time the generated tokens reach each of `checkpoint_tokens`; returns the run's totals."""
+               out: Path, token_budget: int, group: int = 4) -> dict:
+    """Train `kind` ("grpo" or "rloo") and save `checkpoints/batch-NNNNNN/policy.pt` every
+    `cfg.checkpoint_every` generation batches and at the end; returns the run's totals and
+    checkpoints (generation batch, optimiser steps, tokens generated, folder)."""
     import torch
     from datasets import Dataset
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
@@ -75,23 +77,27 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
         return [float(s) for s in scores]
 
     updates_per_batch = cfg.ppo_epochs * cfg.batch_size // cfg.mini_batch_size
-    pending = sorted(set(checkpoint_tokens))
+
+    def save(model, state) -> None:
+        batches = state.global_step // updates_per_batch
+        folder = out / "checkpoints" / f"batch-{batches:06d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), folder / "policy.pt")
+        ledger.saved.append({"folder": str(folder), "step": batches,
+                             "optimizer_steps": state.global_step,
+                             "tokens_generated": ledger.tokens_generated,
+                             "rollouts_started": ledger.rollouts_started})
 
     class Budget(TrainerCallback):
-        """Saves the weights at token checkpoints and stops at the token budget."""
+        """Saves the weights every `checkpoint_every` generation batches (as PPO checkpoints
+        every `checkpoint_every` steps) and stops at the token budget, each only after a
+        generation batch has had all its updates."""
 
         def on_step_end(self, args, state, control, model=None, **kw):
             if state.global_step % updates_per_batch:
-                return control  # mid-batch: the weights have not had this batch's updates yet
-            while pending and ledger.tokens_generated >= pending[0]:
-                mark = pending.pop(0)
-                folder = out / "checkpoints" / f"tok-{mark:08d}"
-                folder.mkdir(parents=True, exist_ok=True)
-                torch.save(model.state_dict(), folder / "policy.pt")
-                ledger.saved.append({"folder": str(folder), "step": state.global_step,
-                                     "tokens_generated": ledger.tokens_generated,
-                                     "rollouts_started": ledger.rollouts_started})
-            # a generation batch is used for all its updates before the run stops (as a PPO step)
+                return control
+            if (state.global_step // updates_per_batch) % cfg.checkpoint_every == 0:
+                save(model, state)
             if ledger.tokens_generated >= token_budget:
                 control.should_training_stop = True
             return control
@@ -120,9 +126,8 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
     t = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t
-    if not ledger.saved or ledger.saved[-1]["tokens_generated"] < ledger.tokens_generated:
-        pending.append(ledger.tokens_generated)  # the final weights are always a point
-        Budget().on_step_end(None, trainer.state, trainer.control, model=trainer.model)
+    if not ledger.saved or ledger.saved[-1]["optimizer_steps"] < trainer.state.global_step:
+        save(trainer.model, trainer.state)  # the final weights are always a point
     totals = {"tokens_generated": ledger.tokens_generated,
               "rollouts_started": ledger.rollouts_started,
               "rollouts_trained": ledger.rollouts_started,

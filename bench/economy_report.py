@@ -95,8 +95,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         f"- budget per run: {setup['steps']} steps x {base['batch_size']} rollouts (max "
         f"{base['max_new_tokens']} new tokens, temperature {base['temperature']}, top-p "
         f"{base['top_p']}), at most {setup['token_budget']:,} generated tokens; gold "
-        f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: every "
-        f"{setup['token_budget'] // setup['points']:,} tokens)")
+        f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: "
+        f"generation batches of {base['batch_size']} = {base['batch_size'] // setup['peer_group']}"
+        f" prompts x {setup['peer_group']})")
     lines.append(f"- held-out gold: the world's gold judge on {e['n_prompts']} eval-split "
                  f"prompts, one sample each, sampled as PPO samples (max {e['max_new_tokens']} new "
                  f"tokens, temperature {e['temperature']}, top-p {e['top_p']}, seed {e['seed']}, "

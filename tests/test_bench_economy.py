@@ -118,3 +118,25 @@ def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
                            text=True, timeout=120, check=False)
     assert again.returncode == 0 and "0 job(s) to run" in again.stdout
     assert "### Sample efficiency" in (out / "BENCHMARKS.md").read_text()
+
+
+@pytest.mark.slow
+def test_quick_peers_grpo_and_rloo(tmp_path):
+    """TRL's GRPO and RLOO arms on the quick world: same rollout count as PPO, checkpoints
+    every `checkpoint_every` generation batches, every generated token counted."""
+    out = tmp_path / "economy"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "economy.py"), "--quick",
+                           "--arms", "grpo", "rloo", "--out", str(out)], cwd=REPO,
+                          env={**os.environ, "RLHF_TORCH_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for arm in ("grpo", "rloo"):
+        res = json.loads((out / "results" / arm / "seed0.json").read_text())
+        assert res["trainer"] == arm
+        assert res["cost"]["rollouts_started"] == 8 * 4  # as many rollouts as a PPO arm
+        assert res["cost"]["light_rm_calls"] == res["cost"]["rollouts_started"]
+        assert [p["step"] for p in res["points"]] == [2, 4, 6, 8]  # generation batches
+        tokens = [p["tokens"] for p in res["points"]]
+        assert 0 < tokens[0] < tokens[-1] == res["cost"]["tokens_generated"] <= 8 * 4 * 16
+    # no plain-PPO results: the report says so instead of inventing a baseline
+    assert "No results yet" in (out / "BENCHMARKS.md").read_text()
