@@ -270,8 +270,19 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     return res
 
 
+def code_version() -> str:
+    """The checkout's commit, `+dirty` when tracked files differ from it."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
     res["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    res["code"] = code_version()
     path = result_path(out, arm, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -378,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.arms = args.arms or (["plain", "seed"] if args.quick else list(ARMS))
     args.seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
-    args.report = args.report or (args.out / "BENCHMARKS.md" if args.quick
-                                  else REPO / "BENCHMARKS.md")
+    args.report = (args.report or (args.out / "BENCHMARKS.md" if args.quick
+                                   else REPO / "BENCHMARKS.md")).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     failed: list[str] = []

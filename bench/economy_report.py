@@ -78,6 +78,7 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
     sft_path = out / "results" / "sft.json"
     sft = json.loads(sft_path.read_text()) if sft_path.exists() else None
     runs, stale = collect(setup, out, arm_names, spec_of)
+    # the repo's BENCHMARKS.md keeps its figure in bench/figures/; anywhere else, beside it
     figure = report.parent / (FIGURE if report.parent != Path(__file__).resolve().parents[1]
                               else f"bench/figures/{FIGURE}")
     lines = ["# Benchmarks", "",
@@ -91,13 +92,14 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
              ]
     base = setup["base_config"]
     e = setup["eval"]
+    group = setup.get("peer_group", 4)
     lines.append(
         f"- budget per run: {setup['steps']} steps x {base['batch_size']} rollouts (max "
         f"{base['max_new_tokens']} new tokens, temperature {base['temperature']}, top-p "
         f"{base['top_p']}), at most {setup['token_budget']:,} generated tokens; gold "
         f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: "
-        f"generation batches of {base['batch_size']} = {base['batch_size'] // setup['peer_group']}"
-        f" prompts x {setup['peer_group']})")
+        f"generation batches of {base['batch_size']} = {base['batch_size'] // group} prompts "
+        f"x {group})")
     lines.append(f"- held-out gold: the world's gold judge on {e['n_prompts']} eval-split "
                  f"prompts, one sample each, sampled as PPO samples (max {e['max_new_tokens']} new "
                  f"tokens, temperature {e['temperature']}, top-p {e['top_p']}, seed {e['seed']}, "
@@ -108,6 +110,8 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         _write(report, lines, stale)
         return
     sft_gold = sft["gold"]["gold_mean"]
+    commits = sorted({r.get("code", "?") for rs in runs.values() for r in rs})
+    lines.append(f"- code: {', '.join(f'`{c}`' for c in commits)} (git commit of each run)")
     lines.append(f"- SFT gold (0 tokens): {sft_gold:.4f} (std {sft['gold']['gold_std']:.3f})")
 
     def points(res):
