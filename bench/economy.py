@@ -283,6 +283,7 @@ def code_version() -> str:
 def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
     res["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     res["code"] = code_version()
+    res["command"] = os.environ.get("ECONOMY_COMMAND", "")
     path = result_path(out, arm, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -292,9 +293,11 @@ def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- the driver
-# seconds per PPO step and per gold evaluation, measured on 2 shared cores (one thread a job);
-# a projection uses the saved results' own timings when there are any
-DEFAULT_SECONDS = {"ppo_step": 2.5, "peer_step": 2.5, "eval": 10.0, "startup": 15.0}
+# seconds per PPO step (16 rollouts), per generation batch of a peer and per gold evaluation
+# (211 prompts), measured on the embedded default on 2 shared cores, one thread a job (plain
+# 2.8 s/step, seed 2.7, GRPO 1.5 with TRL's cached generation, eval 7.5 s); a projection uses
+# the saved results' own timings where there are any
+DEFAULT_SECONDS = {"ppo_step": 2.8, "peer_step": 1.5, "eval": 7.5, "startup": 15.0}
 
 
 def projected_seconds(setup: dict, out: Path, jobs: list[tuple[str, int | None]]) -> float:
@@ -344,7 +347,8 @@ def drive(args, setup: dict) -> list[str]:
                "--job", arm_name, str(-1 if seed is None else seed)]
         t = time.perf_counter()
         with open(log, "w") as fh:
-            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT)
+            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                 env={**os.environ, "ECONOMY_COMMAND": args.command})
         print(f"economy: {arm_name} seed {seed}: {'ok' if rc == 0 else f'FAILED rc={rc} ({log})'}"
               f" in {time.perf_counter() - t:.0f} s", flush=True)
         return None if rc == 0 else f"{arm_name}:{seed}"
@@ -383,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or (args.artifacts / "bench" / "economy")
     args.points = args.points or (QUICK_POINTS if args.quick else EVAL_POINTS)
     if args.job:  # one arm x seed, in its own process (what drive() launches)
+        from rlhf.pipeline.policy import quiet_hf
+
+        quiet_hf()  # one torch thread (RLHF_TORCH_THREADS): 2 threads on 2 busy cores crawl
         setup = json.loads((args.out / "setup.json").read_text())
         seed = int(args.job[1])
         run_job(setup, args.out, args.job[0], None if seed < 0 else seed)
@@ -392,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     args.report = (args.report or (args.out / "BENCHMARKS.md" if args.quick
                                    else REPO / "BENCHMARKS.md")).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    args.command = "python bench/economy.py " + " ".join(sys.argv[1:] if argv is None else argv)
     t = time.perf_counter()
     failed: list[str] = []
     if args.report_only:
@@ -403,8 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     from economy_report import write_report
 
-    command = "python bench/economy.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(setup, args.out, args.report, list(ARMS), BASELINE, command, ARMS)
+    write_report(setup, args.out, args.report, list(ARMS), BASELINE, args.command, ARMS)
     print(f"economy: report {args.report} ({time.perf_counter() - t:.0f} s)"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -69,7 +69,9 @@ def ratio_with_interval(grid, base: np.ndarray, arm: np.ndarray, final_index: in
         boots.append(one(b, a)[3])
     boots = np.array(boots, dtype=float)
     boots = boots[~np.isnan(boots)]  # resamples whose baseline reached its target at 0 tokens
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(boots) else (math.nan, math.nan))
+    # no interpolation between draws: an arm that never reaches the target in a draw is inf
+    lo, hi = (np.quantile(boots, [0.025, 0.975], method="inverted_cdf") if len(boots)
+              else (math.nan, math.nan))
     return {"target": float(target), "tokens_base": tb, "tokens_arm": ta, "ratio": ratio,
             "ci_low": float(lo), "ci_high": float(hi), "n_boot": len(boots)}
 

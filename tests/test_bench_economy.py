@@ -91,7 +91,7 @@ def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
     assert not (REPO / "BENCHMARKS.md").exists() or "--quick" not in (
         REPO / "BENCHMARKS.md").read_text()  # the quick report never lands in the repo
     for heading in ("## Rollout economy", "### Sample efficiency", "### Cost per run",
-                    "- command: `python bench/economy.py --quick", "- machine: ", "- date: "):
+                    "- command (this report): `python bench/economy.py --quick", "- machine: ", "- date: "):
         assert heading in report
     assert (out / "economy_gold_vs_tokens.png").stat().st_size > 10_000
     efficiency = table(report, "### Sample efficiency")
