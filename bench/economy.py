@@ -15,7 +15,8 @@ its PPOConfig switches on top of `seed` (the feature alone) or of another arm.
 
 Every arm x seed trains with the same budget: `--steps` PPO steps of `batch_size` rollouts and at
 most `--tokens` generated tokens (default: steps x batch_size x max_new_tokens, the most `steps`
-PPO steps can generate). Its saved checkpoints are scored by the gold judge on the held-out
+PPO steps can generate; the peers stop there, our trainer only at `--steps` until its config has
+a token budget, and no comparison goes past it). Its saved checkpoints are scored by the gold judge on the held-out
 prompts (pipeline/eval_prompts.py) by `rlhf.pipeline.ppo.evaluate.gold_eval`, sampled as PPO
 samples (`sampling_of`) with ppo.eval_seed for every policy, the SFT policy being the point at 0
 tokens; curves are
@@ -79,14 +80,19 @@ QUICK_POINTS = 4
 
 
 # --------------------------------------------------------------------------- the setup
-def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int):
-    """The PPOConfig an arm x seed trains with."""
+def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int, tokens: int):
+    """The PPOConfig an arm x seed trains with. Our trainer stops at `total_steps`; when its
+    config grows a generated-token budget (`total_tokens`), the run also stops there, as the
+    peers do. Until then the report cuts every curve at the token budget."""
+    from dataclasses import fields
+
     from rlhf.pipeline.ppo.config import plain
 
     cfg = plain(base_cfg) if arm.base == "plain" else base_cfg
     cfg = replace(cfg, **arm.overrides)
+    budget = {"total_tokens": tokens} if "total_tokens" in {f.name for f in fields(cfg)} else {}
     return replace(cfg, seed=seed, total_steps=steps,
-                   checkpoint_every=max(1, steps // points))
+                   checkpoint_every=max(1, steps // points), **budget)
 
 
 def ppo_prompts(pool: Path) -> list[tuple[str, str]]:
@@ -216,7 +222,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         return _save(out, "sft", None, res)
     arm = ARMS[arm_name]
     base = PPOConfig(**setup["base_config"])
-    cfg = arm_config(base, arm, seed, setup["steps"], setup["points"])
+    cfg = arm_config(base, arm, seed, setup["steps"], setup["points"], setup["token_budget"])
     work = out / "work" / arm_name / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
     paths = setup["paths"]

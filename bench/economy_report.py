@@ -121,13 +121,14 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         return [(0, sft_gold)] + [(p["tokens"], p["gold_mean"]) for p in res["points"]]
 
     finals = {a: [r["points"][-1]["tokens"] for r in rs] for a, rs in runs.items()}
-    t_eq = min(min(v) for v in finals.values())
+    t_eq = min(min(min(v) for v in finals.values()), setup["token_budget"])
     t_max = max(max(v) for v in finals.values())
     grid = np.unique(np.concatenate([np.linspace(0, t_max, 401), [t_eq, t_eq / 2]]))
     i_eq, i_half = int(np.searchsorted(grid, t_eq)), int(np.searchsorted(grid, t_eq / 2))
     curves = {a: np.array([st.curve(points(r), grid) for r in rs]) for a, rs in runs.items()}
     base_c = curves[baseline]
-    lines.append(f"- compared at equal tokens: {t_eq:,.0f} (the fewest any run generated); "
+    lines.append(f"- compared at equal tokens: {t_eq:,.0f} (the fewest any run generated, at most the "
+                 "budget); "
                  f"target = `{baseline}`'s mean gold there: "
                  f"{st.mean_curve(base_c)[i_eq]:.4f}")
     link = os.path.relpath(figure, report.parent)
