@@ -62,6 +62,9 @@ class Arm:
 ARMS: dict[str, Arm] = {
     "plain": Arm(base="plain"),
     "seed": Arm(base="seed", stratified=True),
+    # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
+    "light_critic": Arm(base="seed", stratified=True,
+                        overrides={"critic": "light", "reward_attention_on": True}),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }

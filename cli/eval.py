@@ -34,20 +34,30 @@ def eval_cmd(
         ppo_cfg = load_section(params, "ppo")
     except ConfigError as exc:
         fail(str(exc))
-    for name, path in (("sft", sft), ("ppo", ppo), ("light-rm", light_rm),
-                       ("strong-rm", strong_rm), ("prompts", prompts)):
-        if not path.exists():
-            fail(f"--{name} {path} does not exist")
+    if not prompts.exists():
+        fail(f"--prompts {prompts} does not exist")
+    from rlhf.pipeline import model_folders as mf
+
+    try:  # each model folder: missing, truncated or the wrong kind is one error naming it
+        mf.check_policy(sft, "--sft")
+        mf.check_ppo_run(ppo, "--ppo")
+        mf.check_scorer(light_rm, "--light-rm", plain_allowed=True)
+        mf.check_scorer(strong_rm, "--strong-rm", plain_allowed=True)
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
     from rlhf.pipeline.eval import run
 
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
                      temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
+        if metrics is not None:
+            from rlhf.store.io import write_text_atomic
+
+            write_text_atomic(metrics, json.dumps({"eval": result}, indent=1) + "\n")
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
-    if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps({"eval": result}, indent=1) + "\n")
+    except OSError as exc:
+        fail(f"cannot write the outputs: {exc}")
     s, f = result["sft"], result["final"]
     typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
                f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "

@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
-from rich.table import Table
-from rlhf.cli.common import fail
+from rich.text import Text
+from rlhf.cli.common import add_plain_row, data_table, fail, plain
 
 console = Console()
 DEFAULT_PARAMS = Path("params.yaml")
@@ -57,29 +57,33 @@ def ingest(
             task = bar.add_task("ingesting rows", total=None)
             result = run_ingest(sources, out_store, cfg, tokenizer,
                                 on_progress=lambda k: bar.advance(task, k))
+        if metrics:
+            write_metrics(result, metrics)
     except IngestError as exc:
         fail(str(exc))
-    if metrics:
-        write_metrics(result, metrics)
-    table = Table(title=f"ingest -> {out_store}", show_header=True)
-    table.add_column("reason code")
-    table.add_column("rows", justify="right")
-    table.add_column("meaning")
+    except OSError as exc:  # the store or metrics path cannot be written (a file in the way, ...)
+        fail(f"I/O error: {exc}")
+    # file names and paths are the user's: shown verbatim (`plain`), never read as rich markup
+    table = data_table(f"ingest -> {out_store}",
+                       ["reason code", ("rows", {"justify": "right"}), "meaning"])
     for code, meaning in REASON_CODES.items():
         if result.by_reason.get(code):
-            table.add_row(code, f"{result.by_reason[code]:,}", meaning)
+            add_plain_row(table, code, f"{result.by_reason[code]:,}", meaning)
     console.print(table)
     for name, c in result.by_file.items():
-        console.print(f"  {name}: {c['input']:,} rows, kept {c['kept']:,}, rejected "
-                      f"{c['rejected']:,}", highlight=False)
+        blank = f", skipped {c['skipped']:,} blank line(s)" if c["skipped"] else ""
+        console.print(plain(f"  {name}: {c['input']:,} rows, kept {c['kept']:,}, rejected "
+                            f"{c['rejected']:,}{blank}"), highlight=False)
     if result.skipped_files:
-        console.print(f"  skipped (unknown format): {', '.join(result.skipped_files)}")
-    ok = result.input_rows == result.kept + result.rejected
-    console.print(f"input {result.input_rows:,} = kept {result.kept:,} + rejected "
-                  f"{result.rejected:,} [{'green' if ok else 'red'}]{'ok' if ok else 'BROKEN'}[/]; "
-                  f"external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} unaligned "
-                  f"skipped); tokens: {result.tokenizer}",
-                  highlight=False)
+        console.print(plain(f"  skipped (unknown format): {', '.join(result.skipped_files)}"),
+                      highlight=False)
+    ok = result.adds_up
+    console.print(Text.assemble(
+        plain(f"input {result.input_rows:,} = kept {result.kept:,} + rejected {result.rejected:,}"
+              f" + skipped (blank lines) {result.skipped:,} "),
+        ("ok" if ok else "BROKEN", "green" if ok else "red"),
+        plain(f"; external pairs {result.external_pairs:,} ({result.external_pairs_skipped:,} "
+              f"unaligned skipped); tokens: {result.tokenizer}")), highlight=False)
 
 
 def dedup(
@@ -100,17 +104,19 @@ def dedup(
             clu = bar.add_task("clustering", total=None)
             result = run_dedup(store, cfg, cache, on_embed=lambda k: bar.advance(emb, k),
                                on_cluster=lambda k: bar.advance(clu, k))
+        if metrics:
+            write_metrics(result, cfg, metrics)
     except DedupError as exc:
         fail(str(exc))
-    if metrics:
-        write_metrics(result, cfg, metrics)
+    except OSError as exc:
+        fail(f"I/O error: {exc}")
     m = result.metrics(cfg)
-    console.print(
+    console.print(plain(
         f"prompts {m['input_prompts']:,} ({m['unique_texts']:,} distinct) -> pool {m['kept']:,} + "
         f"similar {m['similar']:,}; {m['multi_member_clusters']:,} clusters with near-duplicates "
-        f"(largest {m['largest_cluster']}), dedup ratio {m['dedup_ratio']:.3f}", highlight=False)
-    console.print(
+        f"(largest {m['largest_cluster']}), dedup ratio {m['dedup_ratio']:.3f}"), highlight=False)
+    console.print(plain(
         f"{m['path']} {cfg.linkage} linkage at {cfg.distance_threshold}, partitions "
         f"{m['partitions']}, boundary merges {m['merges']}; embedded {m['embedded_new']:,} new, "
         f"{m['embedded_cached']:,} from cache ({m['model_id']}); {m['topic_clusters']} topic "
-        f"clusters; splits {m['splits']}", highlight=False)
+        f"clusters; splits {m['splits']}"), highlight=False)

@@ -23,9 +23,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from rlhf.cli.common import fail
+from rlhf.cli.common import add_plain_row, data_table, fail, plain
 
 DISPLAY_ROWS = 100  # rows a rich table shows when no --limit is given
 STORE_HELP = "Store root: one folder of parquet shards per table."
@@ -50,20 +50,32 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any) -> Text:
+    """One value as rich text, verbatim (never read as markup: `[/INST]` is text)."""
     if value is None:
-        return "[dim]NULL[/]"
+        return plain("NULL", style="dim")
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return plain(f"{value:.6g}")
     if isinstance(value, (list, dict)):
-        return json.dumps(value, default=_json_default, ensure_ascii=False)
+        return plain(json.dumps(value, default=_json_default, ensure_ascii=False))
     if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    return str(value)
+        return plain(value.isoformat(sep=" "))
+    return plain(value)
+
+
+def _csv_castable(typ) -> bool:
+    """Whether Arrow's CSV writer can cast the type to text itself."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(typ):
+        return _csv_castable(typ.value_type)
+    return not (pa.types.is_nested(typ) or pa.types.is_interval(typ)
+                or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+                or pa.types.is_fixed_size_binary(typ) or isinstance(typ, pa.ExtensionType))
 
 
 def _flat_for_csv(batch):
-    """CSV cannot hold lists or structs: such columns become JSON text."""
+    """CSV cannot hold lists or structs (they become JSON text), nor bytes (hex) or intervals."""
     import pyarrow as pa
 
     columns = []
@@ -72,6 +84,9 @@ def _flat_for_csv(batch):
             col = pa.array([None if v is None else json.dumps(v, default=_json_default,
                                                               ensure_ascii=False)
                             for v in col.to_pylist()], pa.string())
+        elif not _csv_castable(col.type):
+            col = pa.array([None if v is None else _json_default(v) for v in col.to_pylist()],
+                           pa.string())
         columns.append(col)
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
@@ -100,18 +115,19 @@ def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) 
     if fmt is Format.table:
         shown = limit if limit is not None else DISPLAY_ROWS
         batches, more, schema = _batches(reader, shown)
-        rows = pa.Table.from_batches(batches, schema=schema).to_pylist()
-        table = Table(title=title, show_lines=False, title_justify="left")
-        for field in schema:
-            table.add_column(field.name, overflow="fold")
-        for row in rows:
-            table.add_row(*(_cell(row[name]) for name in schema.names))
+        result = pa.Table.from_batches(batches, schema=schema)
+        # by position, not by name: two columns may share a name (`SELECT 1 AS a, 2 AS a`)
+        columns = [col.to_pylist() for col in result.columns]
+        table = data_table(title, [(f.name, {"overflow": "fold"}) for f in schema],
+                           show_lines=False, title_justify="left")
+        for i in range(result.num_rows):
+            add_plain_row(table, *(_cell(col[i]) for col in columns))
         console = Console(width=max(Console().width, 100))
         console.print(table)
-        note = f"{len(rows)} row(s)"
+        note = f"{result.num_rows} row(s)"
         if more:
             note += " shown; more not shown (--limit N, or --format csv/jsonl/parquet --out FILE)"
-        console.print(f"[dim]{note}[/]", highlight=False)
+        console.print(plain(note, style="dim"), highlight=False)
         return
     batches, _, schema = _batches(reader, limit)
     n = sum(b.num_rows for b in batches)
@@ -124,11 +140,20 @@ def _emit(reader, fmt: Format, out: Path | None, limit: int | None, title: str) 
         pacsv.write_csv(pa.Table.from_batches(flat), buf)
         _write_text(buf.getvalue().decode("utf-8"), out)
     else:
+        names = schema.names
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise _OutputError(f"column name(s) {twice} appear more than once; a JSON line needs "
+                               "distinct keys (give the columns aliases)")
         lines = [json.dumps(row, default=_json_default, ensure_ascii=False)
                  for b in batches for row in b.to_pylist()]
         _write_text("".join(line + "\n" for line in lines), out)
     if out is not None:
-        Console(stderr=True).print(f"wrote {n} row(s) to {out}", highlight=False)
+        Console(stderr=True).print(plain(f"wrote {n} row(s) to {out}"), highlight=False)
+
+
+class _OutputError(ValueError):
+    """The result cannot be written in the asked format (reported as an `error:` line)."""
 
 
 def _write_text(text: str, out: Path | None) -> None:
@@ -144,6 +169,7 @@ def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out:
          limit: int | None, explain: bool, title: str) -> None:
     """Open the locked store, gate and run `sql`, print the result; every failure is `fail`."""
     import duckdb
+    import pyarrow as pa
 
     from rlhf.store.query import QueryRefused, open_store, run_sql
 
@@ -153,6 +179,11 @@ def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out:
         fail("--format parquet needs --out FILE")
     try:
         con = open_store(store)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:  # a damaged shard: the views read every file's schema
+        fail(f"cannot open the store {store}: {exc}")
+    try:
         relation = run_sql(con, sql, params, explain=explain)
         if explain:
             typer.echo("\n".join(str(row[-1]) for row in relation.fetchall()))
@@ -169,6 +200,11 @@ def _run(store: Path, sql: str, params: dict[str, Any] | None, fmt: Format, out:
         fail(f"query failed: {exc}")
     except OSError as exc:
         fail(f"cannot write the output: {exc}")
+    except _OutputError as exc:
+        fail(str(exc))
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        # a value the output format cannot represent; the user gets the reason, not a traceback
+        fail(f"cannot show the result as {fmt.value}: {type(exc).__name__}: {exc}")
 
 
 def query(
@@ -199,17 +235,17 @@ def tables(
         names = [r[0] for r in con.execute(
             "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY view_name").fetchall()]
         order = [n for n in TABLES if n in names] + [n for n in names if n not in TABLES]
-        table = Table(title=f"store views ({store})", show_lines=True, title_justify="left")
-        table.add_column("view", style="bold")
-        table.add_column("rows", justify="right")
-        table.add_column("columns")
-        table.add_column("about")
+        table = data_table(f"store views ({store})",
+                           [("view", {"style": "bold"}), ("rows", {"justify": "right"}),
+                            "columns", "about"], show_lines=True, title_justify="left")
         for name in order:
             ident = '"' + name.replace('"', '""') + '"'
             cols = con.execute(f"DESCRIBE {ident}").fetchall()
             count = con.execute(f"SELECT count(*) FROM {ident}").fetchone()[0]
             doc = (TABLES[name].metadata or {}).get(b"doc", b"").decode() if name in TABLES else ""
-            table.add_row(name, f"{count:,}", "\n".join(f"{c[0]} [dim]{c[1]}[/]" for c in cols), doc)
+            described = Text("\n").join(Text.assemble(plain(c[0]), " ", plain(c[1], "dim"))
+                                        for c in cols)
+            add_plain_row(table, name, f"{count:,}", described, doc)
         Console(width=max(Console().width, 120)).print(table)
     except (FileNotFoundError, QueryRefused) as exc:
         fail(str(exc))
@@ -232,12 +268,10 @@ def audit(
     from rlhf.store.query import QueryRefused, get_audit, list_audits
 
     if name is None:
-        table = Table(title="audits (rlhf audit NAME [ARGS]; --sql shows the SQL)",
-                      title_justify="left")
-        table.add_column("usage", style="bold")
-        table.add_column("what it answers")
+        table = data_table("audits (rlhf audit NAME [ARGS]; --sql shows the SQL)",
+                           [("usage", {"style": "bold"}), "what it answers"], title_justify="left")
         for a in list_audits():
-            table.add_row(a.usage(), a.summary)
+            add_plain_row(table, a.usage(), a.summary)
         Console(width=max(Console().width, 100)).print(table)
         return
     try:

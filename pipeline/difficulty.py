@@ -16,7 +16,6 @@ The composite and the buckets are pure (numpy only); the stage's `run` imports t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -145,11 +144,9 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         demos_path: str | Path | None = None, metrics_path: str | Path | None = None,
         progress=None) -> dict[str, Any]:
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
-    import shutil
-
     from rlhf.pipeline.policy import load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
-    from rlhf.store.io import write_shard
+    from rlhf.store.io import staged_folders, write_shard, write_text_atomic
 
     quiet_hf()
     rows, source = _pool_rows(pool_dir, demos_path)
@@ -174,9 +171,8 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
                       "logprob_std": float(sd), "rm_score": float(q), "score": float(sc),
                       "bucket": bucket_of(sc)})
     out_dir = Path(out_dir)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    write_shard("difficulty", table, out_dir / "part-00000.parquet")
+    with staged_folders([out_dir]) as staged:  # the old table stays whole until the new one is
+        write_shard("difficulty", table, staged[out_dir] / "part-00000.parquet")
 
     bucket_counts = {b: sum(t["bucket"] == b for t in table) for b in BUCKETS}
     sampler = sampler_from_table(table, cfg.sampler_batch_size, cfg.seed)
@@ -207,6 +203,5 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
     }
     metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in metrics.items()}
     if metrics_path:
-        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics

@@ -6,9 +6,11 @@
 Reads prompt sources as streams (JSONL and JSONL.gz line by line as bytes, parquet in record
 batches, a saved `datasets` folder batch by batch), so a large input is never loaded whole.
 Every input row ends in exactly one of two tables: `prompts` (kept) or `rejected` (the
-quarantine, with every reason code that applied and the row's source file and line). A line that
-is broken JSON, invalid UTF-8 or has wrongly typed fields is a quarantine row, never a crash, so
-`input rows = kept + rejected` holds for every run.
+quarantine, with every reason code that applied and the row's source file and line), except blank
+lines of a JSONL file, which hold no row and are counted as skipped. A line that is broken JSON,
+invalid UTF-8, longer than `max_line_bytes` or has wrongly typed fields is a quarantine row, never
+a crash, so `input rows = kept + rejected + skipped` holds for every run. A UTF-8 byte-order mark
+at the start of a file (Windows and spreadsheet exports) is not part of its first row.
 
 Row formats (one adapter per format, chosen per row by its keys):
 - the world's sources: {"text", "source_type", <provenance fields of that type>}
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.store.hashing import content_hash
-from rlhf.store.io import ShardWriter, staged_tables
+from rlhf.store.io import ShardWriter, staged_tables, write_text_atomic
 from rlhf.store.schemas import REASON_CODES, SOURCE_TYPES
 
 TABLES_WRITTEN = ("prompts", "rejected", "external_pairs")
@@ -79,6 +81,17 @@ class IngestConfig:
     indented_code_min_lines: int = 2
     # Over-long prompts: more tokens than this (world tokenizer when given, else the regex count).
     max_tokens: int = 256
+    # ... or more characters than this, whatever the tokenizer counts (a 5,000,000-character
+    # prompt without spaces is one regex token). 4096 is 16 characters per token at 256 tokens;
+    # the longest real prompt in ../shared/realdata has 1,654.
+    max_chars: int = 4096
+    # A JSONL line longer than this many bytes is quarantined as `too_long` unparsed, read in
+    # bounded pieces (memory stays bounded). The longest line in ../shared/realdata is 29 kB.
+    max_line_bytes: int = 1_048_576
+    # Control characters (Unicode category Cc: NUL, ESC, DEL, C1 ...; tab, LF and CR are text)
+    # reject a prompt with `control_char` rather than being stripped: they mean binary junk or a
+    # broken export, and stripping would change the text silently (and its content hash).
+    filter_control_chars: bool = True
     # Rows tokenized and filtered together (memory stays O(batch_rows)).
     batch_rows: int = 2048
     rows_per_shard: int = 100_000
@@ -92,8 +105,10 @@ class IngestConfig:
                              f"trusted types are {list(SOURCE_TYPES)}")
         if not 0.0 <= self.min_preference <= 1.0:
             raise ValueError("min_preference must be in [0, 1]")
-        if self.max_tokens < 1 or self.batch_rows < 1 or self.rows_per_shard < 1:
-            raise ValueError("max_tokens, batch_rows and rows_per_shard must be >= 1")
+        if min(self.max_tokens, self.max_chars, self.max_line_bytes, self.batch_rows,
+               self.rows_per_shard) < 1:
+            raise ValueError("max_tokens, max_chars, max_line_bytes, batch_rows and "
+                             "rows_per_shard must be >= 1")
         if not 1 <= self.phone_intl_min_digits <= self.phone_max_digits:
             raise ValueError("need 1 <= phone_intl_min_digits <= phone_max_digits")
         if not 1 <= self.phone_min_digits <= self.phone_max_digits:
@@ -115,10 +130,27 @@ _PHONE_NATIONAL_RE = re.compile(
 _NANP_RE = re.compile(r"\d{3}[ .-]\d{3}[ .-]\d{4}")  # 415-555-2671, 415.555.2671
 _PHONE_COMPACT_RE = re.compile(
     r"(?<![\w.+-])(?:1[3-9]\d{9}"  # Chinese mobile 13800138000
-    r"|0\d{9,10}"  # national trunk prefix, no separators: 07700900123, 0301234567
-    r"|\d{3}-\d{4})(?![\w-]|\.\d)")  # North-American local 555-1234
+    r"|0\d{9,10})(?![\w-]|\.\d)")  # national trunk prefix, no separators: 07700900123
+# North-American local 555-1234: also how ranges are written ("roughly 700-1000 calories"), so
+# it counts only after a phone word ("call 555-1234", "my number is 555-1234").
+_PHONE_LOCAL_RE = re.compile(r"(?<![\w.+-])\d{3}-\d{4}(?![\w-]|\.\d)")
+_PHONE_CUE_RE = re.compile(
+    r"(?i)\b(?:call|calling|phone|tel|telephone|number(?!s?\s+of\b)|dial|text\s+(?:me|us)|sms|"
+    r"reach|contact|mobile|cell|fax|ring|whatsapp|ext)\b[^\d\n]{0,24}$")
+# A number followed by a unit, or after a currency sign, is a quantity, not a phone number.
+_QUANTITY_AFTER_RE = re.compile(
+    r"(?i)\s?(?:%|percent\b|per\b|x\b|times\b|k?cal(?:ories)?\b|calories\b|kj\b|[mkµ]?g\b|"
+    r"grams?\b|kilos?\b|kilograms?\b|lbs?\b|pounds?\b|oz\b|ounces?\b|[mµk]?l\b|"
+    r"lit(?:re|er)s?\b|[mck]?m\b|mi\b|miles?\b|met(?:re|er)s?\b|feet\b|ft\b|inch(?:es)?\b|"
+    r"words?\b|pages?\b|characters?\b|tokens?\b|people\b|persons?\b|users?\b|steps?\b|"
+    r"years?\b|months?\b|weeks?\b|days?\b|hours?\b|hrs?\b|minutes?\b|mins?\b|seconds?\b|"
+    r"secs?\b|dollars?\b|euros?\b|yen\b|yuan\b|rupees?\b|usd\b|eur\b|gbp\b|points?\b|"
+    r"rpm\b|mph\b|km/h\b|kph\b|bce?\b|ad\b|ce\b|bytes?\b|[kmgt]i?b\b|hz\b|[kmg]hz\b|"
+    r"volts?\b|v\b|watts?\b|w\b|kwh?\b|degrees?\b|°)")
+_CURRENCY_BEFORE = "$€£¥₹"
 _FENCE_RE = re.compile(r"```|(?:^|\n)[ \t]{0,3}~~~")
 _INDENTED_RE = re.compile(r"^(?: {4,}|\t)\S")
+_CODE_LINE_RE = re.compile(r"[=(){}\[\];<>]|:\s*$")
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
 # Regex token count when no tokenizer is given: a word, one CJK character, or one punctuation mark.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
@@ -146,36 +178,69 @@ def _digits(s: str) -> int:
     return sum(ch.isdigit() for ch in s)
 
 
+def _is_quantity(text: str, start: int, end: int) -> bool:
+    """The number at text[start:end] reads as a quantity: a unit follows, a currency sign comes
+    before, or it is a round number (5+ trailing zeros: 13000000000 people, 1 000 000 000)."""
+    digits = "".join(ch for ch in text[start:end] if ch.isdigit())
+    if len(digits) - len(digits.rstrip("0")) >= 5:
+        return True
+    if start > 0 and text[start - 1] in _CURRENCY_BEFORE:
+        return True
+    return _QUANTITY_AFTER_RE.match(text, end) is not None
+
+
 def has_phone(text: str, min_digits: int = 9, intl_min_digits: int = 8, max_digits: int = 15) -> bool:
     """International (+country ...) and common national formats (parentheses, trunk prefix 0,
-    North-American 3-3-4 and 3-4, Chinese mobile); dates, times, versions and prices do not fire."""
+    North-American 3-3-4, Chinese mobile; 3-4 only after a phone word); dates, times, versions,
+    prices, ranges and quantities ("700-1000 calories", "$100-1000") do not fire."""
     text = EMAIL_RE.sub(" ", _URL_SCHEME_RE.sub(" ", text))
     for m in _PHONE_INTL_RE.finditer(text):
-        if intl_min_digits <= _digits(m.group()) <= max_digits:
+        if intl_min_digits <= _digits(m.group()) <= max_digits and not _is_quantity(
+                text, m.start(), m.end()):
             return True
     for m in _PHONE_NATIONAL_RE.finditer(text):
         s = m.group()
         n = _digits(s)
-        if not min_digits <= n <= max_digits:
+        if not min_digits <= n <= max_digits or _is_quantity(text, m.start(), m.end()):
             continue
         if "(" in s or s.startswith("0") or _NANP_RE.fullmatch(s):
             return True
-    return _PHONE_COMPACT_RE.search(text) is not None
+    for m in _PHONE_COMPACT_RE.finditer(text):
+        if not _is_quantity(text, m.start(), m.end()):
+            return True
+    for m in _PHONE_LOCAL_RE.finditer(text):
+        if (_PHONE_CUE_RE.search(text, max(0, m.start() - 40), m.start())
+                and not _is_quantity(text, m.start(), m.end())):
+            return True
+    return False
 
 
 def has_code_block(text: str, indented_min_lines: int = 2) -> bool:
-    """A fenced block (``` anywhere, or a ~~~ fence line) or N consecutive indented lines."""
+    """A fenced block (``` anywhere, or a ~~~ fence line) or N consecutive indented lines of
+    which one looks like code (an operator or bracket, or a line ending in ":"); indented prose
+    lists ("    1. Track your progress ...") are not code (9 of the 18 indented runs in the real
+    data's turns were such lists, bench/filter_fp.py)."""
     if _FENCE_RE.search(text):
         return True
     run = 0
+    code_like = False
     for line in text.splitlines():
         if _INDENTED_RE.match(line):
             run += 1
-            if run >= indented_min_lines:
+            code_like = code_like or _CODE_LINE_RE.search(line) is not None
+            if run >= indented_min_lines and code_like:
                 return True
         else:
             run = 0
+            code_like = False
     return False
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # Cc minus \t \n \r
+
+
+def has_control_char(text: str) -> bool:
+    return _CONTROL_RE.search(text) is not None
 
 
 def is_blank(text: str) -> bool:
@@ -211,6 +276,7 @@ class Record:
     pairs: list[dict[str, Any]] = field(default_factory=list)
     pairs_skipped: int = 0  # pairs the adapter could not align (histories differ)
     n_tokens: int = 0
+    blank: bool = False  # a blank JSONL line: no row at all, counted as skipped
 
     def reject(self, code: str) -> None:
         assert code in REASON_CODES, code
@@ -405,22 +471,40 @@ def _trim(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n] + "…"
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def read_jsonl(path: Path, name: str, cfg: IngestConfig) -> Iterator[Record]:
     """One Record per physical line (bytes), .jsonl or .jsonl.gz; a corrupt archive ends the file
-    with one `unreadable` row."""
+    with one `unreadable` row. A line is read at most `max_line_bytes` at a time: a longer one is
+    a `too_long` row without being parsed."""
     opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
     line_no = 0
+    limit = cfg.max_line_bytes
     with opener(path, "rb") as fh:
         while True:
             try:
-                raw = fh.readline()
+                raw = fh.readline(limit + 1)
+                overlong = len(raw) > limit and not raw.endswith(b"\n")
+                rest = raw
+                while rest and not rest.endswith(b"\n") and len(rest) > limit:
+                    rest = fh.readline(limit + 1)  # drop the rest of the line, piece by piece
             except (OSError, EOFError, gzip.BadGzipFile) as exc:
                 yield Record(name, line_no + 1, f"unreadable: {exc}", ["unreadable"])
                 return
             if not raw:
                 return
             line_no += 1
+            if line_no == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]
+            if overlong:
+                head = raw[: cfg.raw_max_chars].decode("utf-8", "backslashreplace")
+                yield Record(name, line_no, head[: cfg.raw_max_chars] + "…", ["too_long"])
+                continue
             body = raw.rstrip(b"\r\n")
+            if not body.strip(b" \t\r\n\f\v"):
+                yield Record(name, line_no, "", blank=True)
+                continue
             try:
                 line = body.decode("utf-8")
             except UnicodeDecodeError:
@@ -606,13 +690,18 @@ class ContentFilter:
         for rec in live:
             if is_blank(rec.text):
                 rec.reject("empty")
+            elif len(rec.text) > cfg.max_chars:
+                rec.reject("too_long")  # whatever the tokenizer says; not tokenized at all
         texts = [r for r in live if "empty" not in r.reasons]
-        for rec, n in zip(texts, self.count_tokens([r.text for r in texts])):
+        countable = [r for r in texts if "too_long" not in r.reasons]
+        for rec, n in zip(countable, self.count_tokens([r.text for r in countable])):
             rec.n_tokens = n
             if n > cfg.max_tokens:
                 rec.reject("too_long")
         for rec in texts:
             t = rec.text
+            if cfg.filter_control_chars and has_control_char(t):
+                rec.reject("control_char")
             if cfg.filter_url and has_url(t, self.bare_domain_re):
                 rec.reject("url")
             if cfg.filter_email and has_email(t):
@@ -629,9 +718,10 @@ class ContentFilter:
 
 @dataclass
 class IngestResult:
-    input_rows: int = 0
+    input_rows: int = 0  # every row read, blank JSONL lines included
     kept: int = 0
     rejected: int = 0
+    skipped: int = 0  # blank JSONL lines: no row, so neither kept nor rejected
     by_reason: Counter = field(default_factory=Counter)
     by_file: dict[str, dict[str, int]] = field(default_factory=dict)
     external_pairs: int = 0
@@ -639,10 +729,14 @@ class IngestResult:
     skipped_files: list[str] = field(default_factory=list)
     tokenizer: str = ""
 
+    @property
+    def adds_up(self) -> bool:
+        return self.input_rows == self.kept + self.rejected + self.skipped
+
     def metrics(self) -> dict[str, Any]:
         return {
             "input_rows": self.input_rows, "kept": self.kept, "rejected": self.rejected,
-            "invariant_holds": self.input_rows == self.kept + self.rejected,
+            "skipped_blank_lines": self.skipped, "invariant_holds": self.adds_up,
             "by_reason": {code: self.by_reason.get(code, 0) for code in REASON_CODES},
             "by_file": self.by_file, "external_pairs": self.external_pairs,
             "external_pairs_skipped": self.external_pairs_skipped,
@@ -687,9 +781,9 @@ def run_ingest(sources: list[str | Path], out_store: str | Path, cfg: IngestConf
             on_progress(len(batch))
         for w in writers.values():
             w.close()
-    if result.input_rows != result.kept + result.rejected:  # cannot happen; checked all the same
+    if not result.adds_up:  # cannot happen; checked all the same
         raise AssertionError(f"ingest lost rows: {result.input_rows} != {result.kept} + "
-                             f"{result.rejected}")
+                             f"{result.rejected} + {result.skipped}")
     return result
 
 
@@ -698,8 +792,13 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
     filt(batch)
     for rec in batch:
         result.input_rows += 1
-        per_file = result.by_file.setdefault(rec.source_file, {"input": 0, "kept": 0, "rejected": 0})
+        per_file = result.by_file.setdefault(rec.source_file, {"input": 0, "kept": 0, "rejected": 0,
+                                                               "skipped": 0})
         per_file["input"] += 1
+        if rec.blank:
+            result.skipped += 1
+            per_file["skipped"] += 1
+            continue
         text = rec.text.strip() if rec.text is not None else None
         prompt_id = content_hash(text) if text is not None else None
         if rec.reasons:
@@ -727,6 +826,4 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
 
 
 def write_metrics(result: IngestResult, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.metrics(), indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(result.metrics(), indent=2, sort_keys=False) + "\n")

@@ -87,13 +87,14 @@ def load_tokenizer(path: str | Path):
 
 
 def load_policy(path: str | Path):
-    """(model in eval mode on CPU, tokenizer) from a `save_pretrained` folder."""
+    """(model in eval mode on CPU, tokenizer) from a `save_pretrained` folder; a folder that is
+    missing, truncated or not a causal LM is a `ModelFolderError` naming it."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no policy checkpoint (config.json) in {path}")
+    from rlhf.pipeline.model_folders import check_policy
+
+    path = check_policy(path)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     model.eval()
     return model, load_tokenizer(path)

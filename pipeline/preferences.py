@@ -316,10 +316,8 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         realdata: str | Path | None = None, metrics_path: str | Path | None = None,
         world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
     """The `preferences` stage: sample, annotate, read external rankings, write the table."""
-    import shutil
-
     from rlhf.pipeline.policy import load_policy, quiet_hf, sample
-    from rlhf.store.io import write_shard
+    from rlhf.store.io import staged_folders, write_shard, write_text_atomic
 
     quiet_hf()
     if pool_dir is not None and Path(pool_dir).is_dir():
@@ -350,10 +348,9 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
     rows = annotate(prompts, responses, cfg, pool_cls, judge, origins)
     ext_rows, ext_counts = ([], {}) if realdata is None else external_rows(realdata, cfg)
     out_dir = Path(out_dir)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    write_shard("preferences", rows, out_dir / "part-00000.parquet")
-    write_shard("preferences", ext_rows, out_dir / "part-00001.parquet")
+    with staged_folders([out_dir]) as staged:  # both shards appear together, or neither
+        write_shard("preferences", rows, staged[out_dir] / "part-00000.parquet")
+        write_shard("preferences", ext_rows, staged[out_dir] / "part-00001.parquet")
     pairs = expand_pairs(rows)
     n_distinct = sum(len(set(r)) for r in responses)
     metrics = {
@@ -377,8 +374,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         "n_external_pairs": len(expand_pairs(ext_rows)),
     }
     if metrics_path:
-        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
 

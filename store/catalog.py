@@ -31,6 +31,12 @@ def _quote_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _glob_literal(path: str) -> str:
+    """`path` as a DuckDB glob that matches only itself: `[`, `*` and `?` as one-character
+    classes (a store under `/data/[2026]/` would otherwise be read as a character class)."""
+    return "".join(f"[{ch}]" if ch in "[*?" else ch for ch in path)
+
+
 def partition_keys(directory: Path, shards: list[Path]) -> list[str]:
     """Hive partition keys (`key=value` folder names) between `directory` and its shards."""
     keys: list[str] = []
@@ -69,7 +75,10 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str | Path) -> None:
     got past the gate could not read /etc/passwd, fetch a URL, ATTACH a file or LOAD an extension.
     """
     allowed = str(Path(root).resolve()) + "/"  # trailing slash: `<root>2/` is not a prefix match
-    con.execute(f"SET allowed_directories = [{_quote_str(allowed)}]")
+    # DuckDB checks a view's glob pattern itself against the list, so a root holding `[`, `*` or
+    # `?` is allowed in its escaped form too (that form matches only the root, see _glob_literal)
+    prefixes = sorted({allowed, _glob_literal(allowed)})
+    con.execute(f"SET allowed_directories = [{', '.join(_quote_str(p) for p in prefixes)}]")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET enable_external_access = false")
@@ -94,7 +103,7 @@ def connect(root: str | Path, tables: list[str] | None = None,
         shards = shard_paths(directory)
         types = _duckdb_types(con, name)
         if shards:
-            glob = _quote_str(str(directory.resolve() / "**" / "*.parquet"))
+            glob = _quote_str(_glob_literal(str(directory.resolve())) + "/**/*.parquet")
             keys = partition_keys(directory, shards)
             options = "union_by_name = true"
             select = "*"

@@ -9,12 +9,13 @@ place, and the folder is fsynced, so a crash never leaves a partial shard visibl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,11 +93,17 @@ def write_shard(table: str, rows: pa.Table | Iterable[Mapping[str, Any]], path: 
     """
     path = Path(path)
     data = to_arrow(table, rows)
+    return _write_atomic(path, lambda fh: pq.write_table(
+        data, fh, **{"compression": "zstd", **parquet_options}))
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """`write(fh)` into a hidden temporary file beside `path`, fsync, rename, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(data, fh, **{"compression": "zstd", **parquet_options})
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -118,21 +125,57 @@ def remove_partials(directory: str | Path) -> int:
     return len(leftovers)
 
 
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a small text file (a metrics JSON) so that it is either the old or the new one,
+    never half written: temporary file in the same folder, fsync, rename, fsync of the folder."""
+    path = Path(path)
+    remove_dead_partials(path.parent)  # a killed run's half-written copy (never visible)
+    return _write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+# Whole folders (a table, a model) are written into hidden staging siblings and swapped in at the
+# end. Several folders are swapped together under a journal, `.swap-<pid>.json` beside the first:
+# written only once every staging folder is complete, removed once every swap is done. A run
+# killed before the journal leaves only hidden staging folders (the previous outputs whole); one
+# killed during the swaps leaves each folder whole, old or new, and the next run that stages
+# folders there completes those swaps first (`recover_swaps`). Leftovers of dead processes are
+# removed then too.
+
+_STAGING = ".staging-"
+_OLD = ".old-"
+_JOURNAL = ".swap-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pid_of(name: str, marker: str) -> int | None:
+    tail = name.rsplit(marker, 1)[-1].split(".", 1)[0]
+    return int(tail) if marker in name and tail.isdigit() else None
+
+
 def staging_dir(final: str | Path) -> Path:
-    """A hidden, empty sibling folder to write a whole table into before `swap_in`."""
+    """A hidden, empty sibling folder to write a whole folder into before `swap_in`."""
     final = Path(final)
-    staging = final.with_name(f".{final.name}.staging-{os.getpid()}")
+    staging = final.with_name(f".{final.name}{_STAGING}{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     return staging
 
 
 def swap_in(staging: str | Path, final: str | Path) -> None:
-    """Replace table folder `final` by the fully written `staging` folder (two renames), so a
-    failed run leaves the previous table whole and a rerun never appends to stale shards."""
+    """Replace folder `final` by the fully written `staging` folder (two renames), so a failed
+    run leaves the previous folder whole and a rerun never appends to stale shards."""
     staging, final = Path(staging), Path(final)
     staging.mkdir(parents=True, exist_ok=True)
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        old = final.with_name(f".{final.name}{_OLD}{_pid_of(staging.name, _STAGING) or os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
         staging.rename(final)
@@ -140,6 +183,93 @@ def swap_in(staging: str | Path, final: str | Path) -> None:
     else:
         final.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(final)
+    _fsync_dir(final.parent)
+
+
+def _finish(journal: Path) -> None:
+    """Complete the swaps a journal lists (each: staging -> final, or already done), then drop it."""
+    for staging, final in json.loads(journal.read_text(encoding="utf-8")):
+        staging, final = Path(staging), Path(final)
+        if staging.is_dir():
+            swap_in(staging, final)
+        old = final.with_name(f".{final.name}{_OLD}{_pid_of(staging.name, _STAGING)}")
+        shutil.rmtree(old, ignore_errors=True)  # killed after the swap, before its cleanup
+    journal.unlink(missing_ok=True)
+    _fsync_dir(journal.parent)
+
+
+def recover_swaps(folders: Iterable[str | Path]) -> int:
+    """Before staging `folders`: finish the swaps that a killed run's journal lists beside them
+    and remove the staging / old folders and temporary files of dead processes. Returns how many
+    journals it finished."""
+    finished = 0
+    parents = {Path(f).parent for f in folders}
+    for parent in parents:
+        if not parent.is_dir():
+            continue
+        for journal in sorted(parent.glob(f"{_JOURNAL}*.json")):
+            pid = _pid_of(journal.name, _JOURNAL)
+            if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+                _finish(journal)
+                finished += 1
+    for parent in parents:
+        if not parent.is_dir():
+            continue
+        live_journals = {_pid_of(j.name, _JOURNAL) for j in parent.glob(f"{_JOURNAL}*.json")}
+        for child in parent.iterdir():
+            if not child.name.startswith("."):
+                continue
+            for marker in (_STAGING, _OLD):
+                pid = _pid_of(child.name, marker)
+                if (pid is not None and pid != os.getpid() and pid not in live_journals
+                        and not _pid_alive(pid)):
+                    shutil.rmtree(child, ignore_errors=True)
+        remove_dead_partials(parent)
+    return finished
+
+
+def remove_dead_partials(directory: str | Path) -> int:
+    """Delete the temporary files (`.<name>.<pid>.tmp`) that killed processes left in
+    `directory`; those of live writers stay. Returns how many it removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for p in directory.glob(f".*{TMP_SUFFIX}"):
+        pid = _pid_of(p.name[: -len(TMP_SUFFIX)], ".")
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+            p.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+@contextmanager
+def staged_folders(finals: Iterable[str | Path]) -> Iterator[dict[Path, Path]]:
+    """Write whole folders into hidden staging siblings, then swap them all in under a journal;
+    on failure remove the staging folders (the previous folders stay whole).
+
+    Yields {final folder: staging folder}. Used for store tables (`staged_tables`) and for model
+    folders (the reward stage's rm_strong and rm_light).
+    """
+    finals = [Path(f) for f in finals]
+    recover_swaps(finals)
+    staging = {f: staging_dir(f) for f in finals}
+    for path in staging.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield staging
+    except BaseException:
+        for path in staging.values():
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    for path in staging.values():
+        path.mkdir(parents=True, exist_ok=True)
+    if not finals:
+        return
+    journal = finals[0].with_name(f"{_JOURNAL}{os.getpid()}.json")
+    write_text_atomic(journal, json.dumps([[str(s.resolve()), str(f.resolve())]
+                                           for f, s in staging.items()]))
+    _finish(journal)
 
 
 @contextmanager
@@ -151,15 +281,9 @@ def staged_tables(store: str | Path, tables: Iterable[str]) -> Iterator[dict[str
     """
     store = Path(store)
     store.mkdir(parents=True, exist_ok=True)
-    staging = {t: staging_dir(store / t) for t in tables}
-    try:
-        yield staging
-    except BaseException:
-        for path in staging.values():
-            shutil.rmtree(path, ignore_errors=True)
-        raise
-    for table, path in staging.items():
-        swap_in(path, store / table)
+    tables = list(tables)
+    with staged_folders([store / t for t in tables]) as staging:
+        yield {t: staging[store / t] for t in tables}
 
 
 def shard_paths(directory: str | Path) -> list[Path]:
@@ -200,6 +324,7 @@ class ShardWriter:
         self.rows_per_shard = rows_per_shard
         self.prefix = prefix
         self._buffer: list[Mapping[str, Any]] = []
+        remove_dead_partials(self.directory)  # what a killed writer left (never visible)
         self.index = self.next_index()
         self.rows_written = 0
         self.paths: list[Path] = []

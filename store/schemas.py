@@ -21,7 +21,7 @@ REASON_CODES: dict[str, str] = {
     "missing_provenance": "a provenance field required by the source type is missing or empty",
     "low_preference": "open-dataset row with human preference score <= threshold (seed 000 §4.2)",
     "empty": "prompt is empty or whitespace only",
-    "too_long": "prompt has more tokens than the limit",
+    "too_long": "prompt has more tokens or characters than the limits (or its line more bytes)",
     "url": "prompt contains a URL",
     "email": "prompt contains an e-mail address",
     "phone": "prompt contains a phone number",
@@ -29,11 +29,14 @@ REASON_CODES: dict[str, str] = {
     "bad_record": "an hh-rlhf dialogue or OpenAssistant tree the adapter cannot read (no human turn)",
     "synthetic": "OpenAssistant prompt written by a model, not a human (its `synthetic` flag)",
     "unreadable": "the rest of a source file could not be read (corrupt archive or parquet file)",
+    "control_char": "prompt holds a control character (NUL, ESC, DEL, ...; tab and newlines are text)",
 }
 
-# Codes that only adapters of external formats or unreadable files produce; the embedded world
-# plants every other code in its sources.
-EXTERNAL_ONLY_CODES: frozenset[str] = frozenset({"bad_record", "synthetic", "unreadable"})
+# Codes the embedded world does not plant: those only adapters of external formats or unreadable
+# files produce, and control characters (real-world exports; tests plant them). The world plants
+# every other code in its sources.
+EXTERNAL_ONLY_CODES: frozenset[str] = frozenset({"bad_record", "synthetic", "unreadable",
+                                                 "control_char"})
 
 SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
 

@@ -251,3 +251,113 @@ def test_locked_connection_holds_without_the_gate(store, tmp_path):
         with pytest.raises(duckdb.InvalidInputException, match="locked"):
             con.execute(sql)
     assert list(tmp_path.iterdir()) == []
+
+
+# User data is shown verbatim: rich never reads a value, a column name, a title or an error
+# message as markup (issue 17). One test per place user data reaches a rich table. -----------
+
+MARKUP = ["[/INST]", "[bold red]x", "<s>[INST] hi [/INST]", "[link=file:///etc]y[/link]",
+          ":smile:", "[/]"]
+
+
+def _table_cells(out: str) -> list[str]:
+    return [c.strip() for line in out.splitlines() if "│" in line for c in line.split("│")[1:-1]]
+
+
+@pytest.mark.parametrize("text", MARKUP)
+def test_values_are_shown_verbatim_in_every_format(store, text, tmp_path):
+    lit = text.replace("'", "''")
+    sql = f"SELECT '{lit}' AS v, ['{lit}'] AS l, {{'k': '{lit}'}} AS s"
+    out = _ok(rlhf("query", sql, "--store", str(store)))
+    cells = _table_cells(out)
+    assert cells[0] == text
+    assert json.loads(cells[1]) == [text] and json.loads(cells[2]) == {"k": text}
+    csv_out = _ok(rlhf("query", sql, "--store", str(store), "-f", "csv"))
+    assert next(csv.DictReader(io.StringIO(csv_out)))["v"] == text
+    assert json.loads(_ok(rlhf("query", sql, "--store", str(store), "-f", "jsonl")))["v"] == text
+
+
+def test_column_names_are_shown_verbatim(store):
+    out = _ok(rlhf("query", 'SELECT 1 AS "[/INST]", 2 AS "[bold]b"', "--store", str(store)))
+    header = [c.strip() for c in next(line for line in out.splitlines() if "┃" in line)
+              .split("┃")[1:-1]]
+    assert header == ["[/INST]", "[bold]b"]
+
+
+def test_duckdb_settings_table_shows(store):
+    out = _ok(rlhf("query", "SELECT name, value, description FROM duckdb_settings()",
+                   "--store", str(store), "--limit", "500"))
+    assert "allowed_directories" in out
+
+
+def test_columns_that_share_a_name_keep_their_own_values(store):
+    out = _ok(rlhf("query", "SELECT 'x' AS a, 'y' AS a", "--store", str(store)))
+    assert _table_cells(out) == ["x", "y"]
+    out = _ok(rlhf("query", "SELECT 'x' AS a, 'y' AS a", "--store", str(store), "-f", "csv"))
+    assert out.splitlines() == ['"a","a"', '"x","y"']
+    result = rlhf("query", "SELECT 'x' AS a, 'y' AS a", "--store", str(store), "-f", "jsonl")
+    assert result.exit_code == 2 and "error:" in result.output and "distinct" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_values_csv_cannot_cast_become_text(store):
+    out = _ok(rlhf("query", "SELECT INTERVAL 1 DAY AS i, 'ab'::BLOB AS b, MAP {'k': 1} AS m",
+                   "--store", str(store), "-f", "csv"))
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["b"] == "6162" and json.loads(row["m"]) == [["k", 1]] and "days=1" in row["i"]
+
+
+@pytest.mark.parametrize("sql", ["SELECT '[/INST]' syntax error", "SELECT * FROM \"[/INST]\"",
+                                 "SELECT '[bold red]x'::INTEGER"])
+def test_an_error_quoting_markup_is_one_clean_error_line(store, sql):
+    result = rlhf("query", sql, "--store", str(store))
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1
+    assert "[/INST]" in result.output or "[bold red]x" in result.output
+
+
+def test_tables_shows_a_store_path_verbatim(tmp_path):
+    root = synthetic_store.build(tmp_path / "[/INST]" / "[bold]store")
+    out = _ok(rlhf("tables", "--store", str(root)))
+    assert "[/INST]/[bold]store" in out.replace("\n", "")
+
+
+def test_audit_title_parameters_and_values_verbatim(store, tmp_path):
+    from rlhf.store.io import write_shard
+
+    out = _ok(rlhf("audit", "lineage", "[/INST]", "--store", str(store)))
+    assert "checkpoint='[/INST]'" in out
+    # a prompt whose source type and text hold markup, through the sources audit's table
+    root = synthetic_store.build(tmp_path / "store")
+    write_shard("prompts", [{"prompt_id": "m1", "text": "[/INST]", "source_type": "[bold red]x",
+                             "source_file": "[/b].jsonl", "source_line": 1, "provenance": "{}",
+                             "created_at": None, "n_tokens": 1}],
+                root / "prompts" / "part-markup.parquet")
+    out = _ok(rlhf("audit", "sources", "--store", str(root)))
+    assert "[bold red]x" in _table_cells(out)
+    out = _ok(rlhf("query", "SELECT text, source_file FROM prompts WHERE prompt_id = 'm1'",
+                   "--store", str(root)))
+    assert _table_cells(out) == ["[/INST]", "[/b].jsonl"]
+
+
+def test_a_damaged_shard_is_a_clear_error(tmp_path):
+    root = synthetic_store.build(tmp_path / "store")
+    shard = sorted((root / "prompts").glob("*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short: no parquet footer
+    for args in (["query", "SELECT 1"], ["tables"], ["audit", "sources"]):
+        result = rlhf(*args, "--store", str(root))
+        assert result.exit_code == 2, (args, result.output)
+        assert isinstance(result.exception, SystemExit)
+        assert "error:" in result.output and shard.name in result.output
+
+
+def test_control_characters_in_values_are_shown_as_escapes_not_sent_to_the_terminal(store):
+    sql = "SELECT 'a' || chr(27) || '[31mred' || chr(0) || chr(13) || 'z' AS v"
+    out = _ok(rlhf("query", sql, "--store", str(store)))
+    assert "\x1b" not in out and "\x00" not in out and "\r" not in out
+    assert _table_cells(out) == ["a\\x1b[31mred\\x00\\rz"]
+    # the machine formats keep the value itself (JSON escapes it, as JSON does)
+    row = json.loads(_ok(rlhf("query", sql, "--store", str(store), "-f", "jsonl")))
+    assert row["v"] == "a\x1b[31mred\x00\rz"

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import unicodedata
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -197,3 +199,102 @@ def test_catalog_has_a_typed_view_per_table(tmp_path):
     assert con.execute("SELECT count(*) FROM rejected").fetchone()[0] == 0
     cols = [r[0] for r in con.execute("DESCRIBE rejected").fetchall()]
     assert cols == TABLES["rejected"].names
+
+
+# --- whole folders swapped in together, and what a killed run leaves (issue 17) -------------
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_staged_folders_swap_in_together_and_keep_old_ones_on_failure(tmp_path):
+    from rlhf.store.io import staged_folders
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    with staged_folders([a, b]) as st:
+        (st[a] / "x").parent.mkdir(parents=True)
+        (st[a] / "x").write_text("1")
+        (st[b] / "y").parent.mkdir(parents=True)
+        (st[b] / "y").write_text("1")
+        assert not a.exists() and not b.exists()  # nothing visible before the swap
+    assert (a / "x").read_text() == (b / "y").read_text() == "1"
+    with pytest.raises(RuntimeError), staged_folders([a, b]) as st:
+        st[a].mkdir()
+        (st[a] / "x").write_text("2")
+        raise RuntimeError("the stage failed")
+    assert (a / "x").read_text() == "1"  # the previous folder stays whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no staging left
+
+
+@pytest.mark.parametrize("cut", ["before_any", "after_rename_old", "after_first_table"])
+def test_a_swap_killed_half_way_is_finished_by_the_next_run(tmp_path, cut):
+    """A journal of a dead process: each folder is old or new, never half; recover_swaps makes
+    them all new and removes every leftover."""
+    from rlhf.store.io import recover_swaps
+
+    pid = _dead_pid()
+    for name in ("prompts", "rejected"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-0.parquet").write_text("old")
+        staging = tmp_path / f".{name}.staging-{pid}"
+        staging.mkdir()
+        (staging / "part-0.parquet").write_text("new")
+    journal = tmp_path / f".swap-{pid}.json"
+    journal.write_text(json.dumps([[str(tmp_path / f".{n}.staging-{pid}"), str(tmp_path / n)]
+                                   for n in ("prompts", "rejected")]))
+    if cut in ("after_rename_old", "after_first_table"):
+        (tmp_path / "prompts").rename(tmp_path / f".prompts.old-{pid}")
+    if cut == "after_first_table":
+        (tmp_path / f".prompts.staging-{pid}").rename(tmp_path / "prompts")
+    (tmp_path / f".leftover.staging-{pid}").mkdir()  # a dead run's staging, no journal
+    (tmp_path / f".m.json.{pid}.tmp").write_text("half")
+    assert recover_swaps([tmp_path / "prompts"]) == 1
+    for name in ("prompts", "rejected"):
+        assert _tree(tmp_path / name) == {"part-0.parquet": b"new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts", "rejected"]
+
+
+def test_a_live_process_staging_is_left_alone(tmp_path):
+    import os
+
+    from rlhf.store.io import recover_swaps
+
+    (tmp_path / f".prompts.staging-{os.getppid()}").mkdir()  # the parent process is alive
+    recover_swaps([tmp_path / "prompts"])
+    assert (tmp_path / f".prompts.staging-{os.getppid()}").is_dir()
+
+
+def test_write_text_atomic_replaces_whole(tmp_path):
+    from rlhf.store.io import write_text_atomic
+
+    p = write_text_atomic(tmp_path / "m" / "x.json", '{"a": 1}\n')
+    write_text_atomic(p, '{"a": 2}\n')
+    assert json.loads(p.read_text()) == {"a": 2}
+    assert [q.name for q in p.parent.iterdir()] == ["x.json"]
+
+
+def test_writers_remove_what_killed_writers_left_but_not_live_ones(tmp_path):
+    import os
+
+    dead, live = _dead_pid(), os.getppid()
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / f".part-00000.parquet.{dead}.tmp").write_bytes(b"half")
+    (d / f".part-00001.parquet.{live}.tmp").write_bytes(b"being written")
+    ShardWriter("prompts", d).close()
+    assert sorted(p.name for p in d.iterdir()) == [f".part-00001.parquet.{live}.tmp",
+                                                   "part-00000.parquet"]
+    from rlhf.store.io import write_text_atomic
+
+    (tmp_path / f".m.json.{dead}.tmp").write_text("{")
+    write_text_atomic(tmp_path / "m.json", "{}\n")
+    assert not (tmp_path / f".m.json.{dead}.tmp").exists()

@@ -16,8 +16,11 @@ A scorer folder holds `scorer.json` and one or more sequence-classification chec
   `aggregation`: "mean" or "min" (worst case, seed 001 §5.1). `scorer(..., aggregation="min")`
   overrides it per call.
 - confidence in [0, 1] (seed 000 §3.4): 1 - H2(mean_i sigmoid(reward_i / T)), see
-  `rlhf.pipeline.reward.confidence`; `scorer.gate` (0.6) is the threshold below which PPO skips a
-  sample and queues it for RM fine-tuning.
+  `rlhf.pipeline.reward.confidence`; `scorer.gate` (0.6, saved in scorer.json as
+  `confidence_gate`) is the confidence below which PPO marks the score `queued` in the
+  `rm_scores` table: the sample belongs in the RM's fine-tune queue. PPO still trains on it (the
+  seed also keeps such samples out of the update; that is not implemented), and Level-2
+  escalation has its own threshold, `ppo.escalate_below` (0 = off by default).
 - `scorer.member_rewards(prompts, responses)` [members, B] for diagnostics; `scorer.n_params`.
 
 Texts are rendered with `rlhf.pipeline.text.format_sample` plus EOS, truncated from the left to
@@ -187,11 +190,10 @@ def load_scorer(path: str | Path, aggregation: str | None = None,
     """The scorer saved in folder `path` (see the module docstring)."""
     from rlhf.pipeline.policy import load_tokenizer
 
-    path = Path(path)
-    meta_path = path / SCORER_FILE
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"no {SCORER_FILE} in {path}: not a reward-model folder")
-    meta = json.loads(meta_path.read_text())
+    from rlhf.pipeline.model_folders import check_scorer
+
+    path = check_scorer(path)  # missing, truncated or wrong kind: a ModelFolderError naming it
+    meta = json.loads((path / SCORER_FILE).read_text())
     models = [load_rm(path / m) for m in meta["members"]]
     tokenizer = load_tokenizer(path / meta["members"][0])
     return Scorer(models, tokenizer, meta["references"], meta["temperature"],

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -304,7 +303,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
     from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
-    from rlhf.store.io import read_table
+    from rlhf.store.io import read_table, staged_folders, write_text_atomic
 
     quiet_hf()
     t_start = time.perf_counter()
@@ -336,151 +335,151 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
                                "n_adversarial_pairs": len(extra), "backbone": cfg.backbone}
 
-    # 1. the strong ensemble ---------------------------------------------------------------
-    out_strong = Path(out_strong)
-    if out_strong.exists():
-        shutil.rmtree(out_strong)
-    members, names, t0 = [], [], time.perf_counter()
-    for i in range(cfg.n_ensemble):
-        log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
-        data = _bootstrap(train_pairs, cfg.seed + 1000 + i) if cfg.bootstrap and cfg.n_ensemble > 1 \
-            else train_pairs
-        model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train, seed=cfg.seed + i)
-        name = f"member_{i}"
-        model.save_pretrained(out_strong / name)
-        tok.save_pretrained(out_strong / name)
-        members.append(model)
-        names.append(name)
-    metrics["strong_train_seconds"] = round(time.perf_counter() - t0, 1)
+    # Both RM folders are written into hidden staging folders and swapped in together at the end
+    # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
+    # and the previous RMs stay whole until the new ones are complete.
+    out_strong, out_light = Path(out_strong), Path(out_light)
+    with staged_folders([out_strong, out_light]) as staged:
+        strong_dir, light_dir = staged[out_strong], staged[out_light]
+        # 1. the strong ensemble ---------------------------------------------------------------
+        members, names, t0 = [], [], time.perf_counter()
+        for i in range(cfg.n_ensemble):
+            log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
+            data = _bootstrap(train_pairs, cfg.seed + 1000 + i) if cfg.bootstrap and cfg.n_ensemble > 1 \
+                else train_pairs
+            model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train, seed=cfg.seed + i)
+            name = f"member_{i}"
+            model.save_pretrained(strong_dir / name)
+            tok.save_pretrained(strong_dir / name)
+            members.append(model)
+            names.append(name)
+        metrics["strong_train_seconds"] = round(time.perf_counter() - t0, 1)
 
-    # 2. references and calibration --------------------------------------------------------
-    ref_prompts = [r["prompt"] for r in ann_rows if r["split"] == "train"]
-    ref_resps = [r["response"] for r in ann_rows if r["split"] == "train"]
-    raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
-                 cfg.batch_size, cfg.confidence_gate)
-    raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
-    references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
-    strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
-                    cfg.batch_size, cfg.confidence_gate)
-    strong.memo = raw.memo  # the report scores the same texts several ways: once each
-    from rlhf.pipeline.preferences import _fraction
+        # 2. references and calibration --------------------------------------------------------
+        ref_prompts = [r["prompt"] for r in ann_rows if r["split"] == "train"]
+        ref_resps = [r["response"] for r in ann_rows if r["split"] == "train"]
+        raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
+                     cfg.batch_size, cfg.confidence_gate)
+        raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
+        references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
+        strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
+                        cfg.batch_size, cfg.confidence_gate)
+        strong.memo = raw.memo  # the report scores the same texts several ways: once each
+        from rlhf.pipeline.preferences import _fraction
 
-    calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
-    report = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) >= 0.5] or held_pairs
-    strong.temperature = fit_temperature(_pair_margins(strong, calib or held_pairs))
-    save_scorer(out_strong, names, references, strong.temperature, cfg.aggregation,
-                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
+        calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
+        report = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) >= 0.5] or held_pairs
+        strong.temperature = fit_temperature(_pair_margins(strong, calib or held_pairs))
+        save_scorer(strong_dir, names, references, strong.temperature, cfg.aggregation,
+                    cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
 
-    margins = _pair_margins(strong, held_pairs)  # [members, pairs]
-    gold_held = _gold_pairs(held_pairs)
-    gold_margins = _pair_margins(strong, gold_held)
-    metrics.update({
-        "temperature": strong.temperature,
-        "references": references,
-        "heldout_accuracy_members": [_accuracy(m) for m in margins],
-        "heldout_accuracy_mean": _accuracy(margins.mean(0)),
-        "heldout_accuracy_min": _accuracy(margins.min(0).values),
-        "heldout_accuracy_vs_gold": _accuracy(gold_margins.mean(0)),
-        "annotator_heldout_agreement_with_gold": (
-            sum(p["gold_chosen"] > p["gold_rejected"] for p in gold_held) / len(gold_held)
-            if gold_held else None),
-        "accuracy_by_confidence": accuracy_by_confidence(_pair_margins(strong, report),
-                                                         strong.temperature),
-        "accuracy_by_confidence_vs_gold": accuracy_by_confidence(
-            gold_margins, strong.temperature),
-    })
+        margins = _pair_margins(strong, held_pairs)  # [members, pairs]
+        gold_held = _gold_pairs(held_pairs)
+        gold_margins = _pair_margins(strong, gold_held)
+        metrics.update({
+            "temperature": strong.temperature,
+            "references": references,
+            "heldout_accuracy_members": [_accuracy(m) for m in margins],
+            "heldout_accuracy_mean": _accuracy(margins.mean(0)),
+            "heldout_accuracy_min": _accuracy(margins.min(0).values),
+            "heldout_accuracy_vs_gold": _accuracy(gold_margins.mean(0)),
+            "annotator_heldout_agreement_with_gold": (
+                sum(p["gold_chosen"] > p["gold_rejected"] for p in gold_held) / len(gold_held)
+                if gold_held else None),
+            "accuracy_by_confidence": accuracy_by_confidence(_pair_margins(strong, report),
+                                                             strong.temperature),
+            "accuracy_by_confidence_vs_gold": accuracy_by_confidence(
+                gold_margins, strong.temperature),
+        })
 
-    # 3. rollouts, distillation --------------------------------------------------------------
-    policy, ptok = load_policy(sft_dir)
-    exclude = {r["prompt_id"] for r in ann_rows}
-    rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
-    log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
-    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, ann_rows,
-                                             demos_path, ppo_sampling)
-    targets, _ = strong(d_prompts, d_resps)
-    ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
-    log(f"distilling the light RM on {len(ids)} strong-RM labels")
-    t0 = time.perf_counter()
-    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed,
-                                            str(out_strong / names[0])),
-                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
-    metrics["light_train_seconds"] = round(time.perf_counter() - t0, 1)
-    light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
+        # 3. rollouts, distillation --------------------------------------------------------------
+        policy, ptok = load_policy(sft_dir)
+        exclude = {r["prompt_id"] for r in ann_rows}
+        rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
+        log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
+        d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, ann_rows,
+                                                 demos_path, ppo_sampling)
+        targets, _ = strong(d_prompts, d_resps)
+        ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
+        log(f"distilling the light RM on {len(ids)} strong-RM labels")
+        t0 = time.perf_counter()
+        light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed,
+                                                str(strong_dir / names[0])),
+                                    light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
+        metrics["light_train_seconds"] = round(time.perf_counter() - t0, 1)
+        light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
+                           cfg.batch_size, cfg.confidence_gate)
+        light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
+        light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
                        cfg.batch_size, cfg.confidence_gate)
-    light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
-    light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
-                   cfg.batch_size, cfg.confidence_gate)
-    light.temperature = fit_temperature(_pair_margins(light, calib or held_pairs))
-    out_light = Path(out_light)
-    if out_light.exists():
-        shutil.rmtree(out_light)
-    light_model.save_pretrained(out_light)
-    light_tok.save_pretrained(out_light)
-    save_scorer(out_light, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
-                {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
-    light_margins = _pair_margins(light, held_pairs)
-    metrics.update({
-        "n_distill_samples": len(ids),
-        "distill_final_loss": hist[-1]["loss"] if hist else None,
-        "light_heldout_accuracy": _accuracy(light_margins[0]),
-        "light_heldout_accuracy_vs_gold": _accuracy(_pair_margins(light, gold_held)[0]),
-        "light_temperature": light.temperature,
-    })
+        light.temperature = fit_temperature(_pair_margins(light, calib or held_pairs))
+        light_model.save_pretrained(light_dir)
+        light_tok.save_pretrained(light_dir)
+        save_scorer(light_dir, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
+                    {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
+        light_margins = _pair_margins(light, held_pairs)
+        metrics.update({
+            "n_distill_samples": len(ids),
+            "distill_final_loss": hist[-1]["loss"] if hist else None,
+            "light_heldout_accuracy": _accuracy(light_margins[0]),
+            "light_heldout_accuracy_vs_gold": _accuracy(_pair_margins(light, gold_held)[0]),
+            "light_temperature": light.temperature,
+        })
 
-    # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
-    log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
-    f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
-    gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
-    memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
-    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
-    (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
-    strong.memo.update(memo)
-    s_rew, s_conf = s_out
-    l_rew, _ = l_out
-    s_min, _ = strong(f_prompts, f_resps, aggregation="min")
-    gold_ref = sum(gold) / len(gold) if gold else 0.0
-    sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
-    pol = [i for i, f in enumerate(f_policy) if f]
-    metrics.update({
-        "n_fresh_samples": len(f_resps),
-        "n_fresh_policy_samples": len(pol),
-        "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
-        "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
-                                                        [gold[i] for i in pol]),
-        "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
-        "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
-        "spearman_members_vs_gold": [spearman(m.tolist(), gold)
-                                     for m in strong.member_rewards(f_prompts, f_resps)],
-        "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
-        "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
-        "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
-        "strong_params": strong.n_params,
-        "light_params": light.n_params,
-        "size_ratio": strong.n_params / light.n_params,
-        "strong_seconds": round(t_strong, 4),
-        "light_seconds": round(t_light, 4),
-        "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
-        "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
-        if len(s_conf) else None,
-        "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
-    })
+        # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
+        log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
+        f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
+        gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
+        memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
+        (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
+        (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
+        strong.memo.update(memo)
+        s_rew, s_conf = s_out
+        l_rew, _ = l_out
+        s_min, _ = strong(f_prompts, f_resps, aggregation="min")
+        gold_ref = sum(gold) / len(gold) if gold else 0.0
+        sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
+        pol = [i for i, f in enumerate(f_policy) if f]
+        metrics.update({
+            "n_fresh_samples": len(f_resps),
+            "n_fresh_policy_samples": len(pol),
+            "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
+            "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
+                                                            [gold[i] for i in pol]),
+            "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
+            "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
+            "spearman_members_vs_gold": [spearman(m.tolist(), gold)
+                                         for m in strong.member_rewards(f_prompts, f_resps)],
+            "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
+            "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
+            "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
+            "strong_params": strong.n_params,
+            "light_params": light.n_params,
+            "size_ratio": strong.n_params / light.n_params,
+            "strong_seconds": round(t_strong, 4),
+            "light_seconds": round(t_light, 4),
+            "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
+            "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
+            if len(s_conf) else None,
+            "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
+        })
 
-    # 5. on PPO's own distribution: SFT samples of the ppo-split prompts as PPO samples them ----
-    if cfg.onpolicy_k:
-        metrics["onpolicy"] = onpolicy_figures(cfg, policy, ptok, rollout_prompts, strong, light,
-                                               judge, ppo_sampling, log)
-        for rm in ("strong", "light"):
-            metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
-            metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
-                metrics["onpolicy"][rm]["spearman_within_prompt"]
+        # 5. on PPO's own distribution: SFT samples of the ppo-split prompts as PPO samples them
+        if cfg.onpolicy_k:
+            metrics["onpolicy"] = onpolicy_figures(cfg, policy, ptok, rollout_prompts, strong,
+                                                   light, judge, ppo_sampling, log)
+            for rm in ("strong", "light"):
+                metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
+                metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
+                    metrics["onpolicy"][rm]["spearman_within_prompt"]
 
-    # 6. annotator drift, external human preferences -------------------------------------------
-    metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
-    metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
+        # 6. annotator drift, external human preferences -----------------------------------------
+        metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
+        metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     if metrics_path:
-        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(metrics_path).write_text(json.dumps(_jsonable(metrics), indent=2, sort_keys=True) + "\n")
+        write_text_atomic(metrics_path, json.dumps(_jsonable(metrics), indent=2, sort_keys=True)
+                          + "\n")
     return metrics
 
 

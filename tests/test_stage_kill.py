@@ -1,0 +1,251 @@
+"""SIGKILL at a random point of `rlhf ingest`, `rlhf dedup` and `rlhf reward`, then the same
+command again (issue 17): after each kill nothing half-written is visible (every visible table or
+model folder, and the metrics file, equals an uninterrupted run's), and the rerun's outputs equal
+the uninterrupted run's, with no staging folder, journal or temporary file left behind.
+
+Real subprocesses of the `rlhf` console script, as in tests/test_ppo_resume.py. Each stage is
+killed three times (reward: twice) into the same output folder before the rerun: once a random
+moment after it began writing (its first hidden staging folder appeared), then at random moments
+of an uninterrupted run's duration; at least one kill must land while it writes. Inputs are tiny, so each test takes well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rlhf.store.io import read_table
+
+pytestmark = pytest.mark.slow
+
+TRIALS = 3
+
+
+def _rlhf() -> str:
+    exe = Path(sys.executable).with_name("rlhf")
+    return str(exe) if exe.exists() else shutil.which("rlhf")
+
+
+def _env() -> dict:
+    import os
+
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+                TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                PYTHONHASHSEED="0")
+
+
+def _run(cmd: list[str], cwd: Path) -> float:
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return time.monotonic() - t0
+
+
+def _kill(cmd: list[str], cwd: Path, delay: float, started: Callable[[], bool] | None) -> None:
+    """Start `cmd`, SIGKILL it `delay` s after `started()` turns true (or after it starts)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while started is not None and not started() and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def _hidden(root: Path) -> list[str]:
+    """Staging / old folders, swap journals and temporary files under `root`."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob(".*")
+                  if ".staging-" in p.name or ".old-" in p.name or p.name.startswith(".swap-")
+                  or p.name.endswith(".tmp"))
+
+
+def _kill_then_rerun(cmd: list[str], ref_seconds: float, cwd: Path, started: Callable[[], bool],
+                     check_visible: Callable[[], None], seed: int, first_delay: float,
+                     trials: int = TRIALS) -> None:
+    """Kill `cmd` `trials` times into `cwd`: first up to `first_delay` s after `started()` (the
+    stage is writing its outputs), then at random moments of `ref_seconds`; check what is
+    visible after each kill; then run it to the end. At least one kill must have interrupted
+    the writing (left a hidden staging folder), or the test would prove nothing."""
+    rng = random.Random(seed)
+    mid_write = 0
+    for trial in range(trials):
+        if trial == 0:
+            _kill(cmd, cwd, rng.uniform(0.0, first_delay), started)
+        else:
+            _kill(cmd, cwd, rng.uniform(0.2, 1.0) * ref_seconds, None)
+        mid_write += any(".staging-" in h for h in _hidden(cwd))
+        check_visible()  # whatever the kill interrupted, nothing half-written is visible
+    assert mid_write >= 1, "no kill landed while the stage was writing: nothing was tested"
+    _run(cmd, cwd)
+    assert _hidden(cwd) == []  # the rerun removed what the killed runs left
+
+
+def _same_table(table: str, got: Path, want: Path) -> None:
+    assert read_table(table, got).equals(read_table(table, want)), table
+
+
+def _metrics_equal(got: Path, want: Path, timing: tuple[str, ...] = ()) -> None:
+    def clean(d):
+        if isinstance(d, dict):
+            return {k: clean(v) for k, v in d.items()
+                    if not any(t in k for t in timing)}
+        return d
+
+    assert clean(json.loads(got.read_text())) == clean(json.loads(want.read_text()))
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+INGEST_PARAMS = "ingest:\n  rows_per_shard: 40\n  batch_rows: 80\n"
+INGEST_TABLES = ("prompts", "rejected", "external_pairs")
+
+
+def test_ingest_killed_at_random_points_then_rerun(tmp_path):
+    from test_ingest import write_world_sources
+
+    sources, _, _ = write_world_sources(tmp_path / "world", seed=3, n_lines=3000)
+    (tmp_path / "params.yaml").write_text(INGEST_PARAMS)
+    cmd = [_rlhf(), "ingest", "--sources", str(sources), "--out-store", "store",
+           "--params", str(tmp_path / "params.yaml"), "--metrics", "metrics/ingest.json"]
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    ref.mkdir()
+    work.mkdir()
+    seconds = _run(cmd, ref)
+    assert len(list((ref / "store" / "prompts").glob("*.parquet"))) > 10  # many shards
+
+    def visible() -> None:
+        for t in INGEST_TABLES:
+            if (work / "store" / t).exists():
+                _same_table(t, work / "store" / t, ref / "store" / t)
+        if (work / "metrics" / "ingest.json").exists():
+            _metrics_equal(work / "metrics" / "ingest.json", ref / "metrics" / "ingest.json")
+
+    def started() -> bool:
+        return (work / "store").is_dir() and any(".staging-" in p.name
+                                                 for p in (work / "store").iterdir())
+
+    _kill_then_rerun(cmd, seconds, work, started, visible, seed=17, first_delay=0.3)
+    for t in INGEST_TABLES:
+        _same_table(t, work / "store" / t, ref / "store" / t)
+    _metrics_equal(work / "metrics" / "ingest.json", ref / "metrics" / "ingest.json")
+
+
+# --- dedup ----------------------------------------------------------------------------------
+
+DEDUP_TABLES = ("pool", "similar")
+
+
+def test_dedup_killed_at_random_points_then_rerun(tmp_path):
+    from rlhf.pipeline.ingest import IngestConfig, run_ingest
+    from test_ingest import write_world_sources
+
+    sources, _, _ = write_world_sources(tmp_path / "world", seed=5, n_lines=300)
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    run_ingest([sources], ref / "store", IngestConfig())
+    shutil.copytree(ref / "store", work / "store")
+    (tmp_path / "params.yaml").write_text("dedup:\n  rows_per_shard: 5\n")
+    cmd = [_rlhf(), "dedup", "--store", "store", "--cache", "cache", "--params",
+           str(tmp_path / "params.yaml"), "--metrics", "metrics/dedup.json"]
+    seconds = _run(cmd, ref)
+
+    def visible() -> None:
+        for t in DEDUP_TABLES:
+            if (work / "store" / t).exists():
+                _same_table(t, work / "store" / t, ref / "store" / t)
+        if (work / "cache").exists():  # the cache holds whole shards of right embeddings
+            got = read_table("embeddings", work / "cache").to_pylist()
+            want = {r["content_hash"]: r for r in read_table("embeddings", ref / "cache")
+                    .to_pylist()}
+            assert all(want[r["content_hash"]] == r for r in got)
+        if (work / "metrics" / "dedup.json").exists():
+            _metrics_equal(work / "metrics" / "dedup.json", ref / "metrics" / "dedup.json",
+                           timing=("embedded_",))
+
+    def started() -> bool:  # writing pool / similar (shards of 5 rows: dozens of them)
+        return any(".staging-" in p.name for p in (work / "store").iterdir())
+
+    _kill_then_rerun(cmd, seconds, work, started, visible, seed=18, first_delay=0.02)
+    for t in DEDUP_TABLES:
+        _same_table(t, work / "store" / t, ref / "store" / t)
+    cache = read_table("embeddings", work / "cache").to_pylist()
+    assert len(cache) == len({r["content_hash"] for r in cache})  # nothing embedded twice
+    assert sorted(r["content_hash"] for r in cache) == sorted(
+        r["content_hash"] for r in read_table("embeddings", ref / "cache").to_pylist())
+    # embedded_new / embedded_cached depend on where the kills fell; everything else is equal
+    _metrics_equal(work / "metrics" / "dedup.json", ref / "metrics" / "dedup.json",
+                   timing=("embedded_",))
+
+
+# --- reward (the tiny config of tests/test_reward_stage.py) ---------------------------------
+
+REWARD_PARAMS = """reward:
+  n_ensemble: 2
+  train: {epochs: 8, learning_rate: 0.003, batch_size: 16, max_length: 64}
+  light: {epochs: 8, groups_per_batch: 8}
+  rollout_prompts: 30
+  rollout_k: 3
+  eval_prompts: 20
+  eval_k: 2
+  max_new_tokens: 16
+  external_sources: []
+"""
+REWARD_TIMING = ("seconds", "speed_ratio")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
+    from rlhf.pipeline import preferences
+    from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
+
+    _, sft = trained_policy(tmp_path_factory)
+    pool = write_pool(tmp_path / "pool", n=160)
+    pcfg = preferences.PreferencesConfig(k=4, max_new_tokens=16, heldout_fraction=0.3,
+                                         annotators=preferences.AnnotatorConfig(
+                                             n_annotators=3, drift_per_day=0.5, noise_std=0.0,
+                                             labels_per_day=10))
+    preferences.run(pcfg, sft, tmp_path / "prefs", pool_dir=pool,
+                    world=(ToyAnnotatorPool, toy_gold))
+    (tmp_path / "params.yaml").write_text(REWARD_PARAMS)
+    cmd = [_rlhf(), "reward", "--preferences", str(tmp_path / "prefs"), "--sft", str(sft),
+           "--pool", str(pool), "--out-strong", "models/rm_strong", "--out-light",
+           "models/rm_light", "--params", str(tmp_path / "params.yaml"),
+           "--metrics", "metrics/reward.json"]
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    ref.mkdir()
+    work.mkdir()
+    seconds = _run(cmd, ref)
+    want = {name: _files(ref / "models" / name) for name in ("rm_strong", "rm_light")}
+    assert "member_1/model.safetensors" in want["rm_strong"]
+
+    def visible() -> None:
+        for name in ("rm_strong", "rm_light"):
+            if (work / "models" / name).exists():
+                assert _files(work / "models" / name) == want[name], name
+        if (work / "metrics" / "reward.json").exists():
+            _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json",
+                           REWARD_TIMING)
+
+    def started() -> bool:
+        models = work / "models"
+        return models.is_dir() and any(".staging-" in p.name for p in models.iterdir())
+
+    _kill_then_rerun(cmd, seconds, work, started, visible, seed=19, first_delay=2.0, trials=2)
+    for name in ("rm_strong", "rm_light"):
+        assert _files(work / "models" / name) == want[name], name
+    _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json",
+                   REWARD_TIMING)
