@@ -143,6 +143,8 @@ def prepare(args) -> dict:
         strong = a / "models" / "rm_strong" if base.escalate_below > 0 else None
     hashes = {k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
               for k, v in src.items()}
+    if strong:  # Level 2 escalation reads it in place (263 MB): hashed, not copied
+        hashes["rm_strong"] = tree_hash(strong)
     old = json.loads((out / "setup.json").read_text()) if (out / "setup.json").exists() else {}
     inputs.mkdir(parents=True, exist_ok=True)
     for k, v in src.items():
