@@ -43,3 +43,26 @@ def test_rm_tokens_uses_the_scorers_tokenizer_and_truncation():
     assert rm_tokens(S(), ["a b"], ["c"]) == 4  # 3 words + 1 special
     assert rm_tokens(S(), ["a b c"], ["d e"]) == 4  # truncated at max_length
     assert rm_tokens(object(), ["a b"], ["c d"]) == 4  # no tokenizer: words
+
+
+def test_a_token_budget_stops_the_run_after_the_step_that_reaches_it(tmp_path, one_torch_thread):
+    import json
+
+    import ppo_tiny
+    from rlhf.pipeline.config import build
+    from rlhf.pipeline.ppo.config import PPOConfig
+    from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
+
+    tok = ppo_tiny.tokenizer()
+    cfg = build(PPOConfig, {**ppo_tiny.PARAMS, "total_steps": 6, "total_tokens": 30}, "ppo")
+    prompts = [(f"p{i:02d}", p) for i, p in enumerate(ppo_tiny.PROMPTS)]
+    tr = PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok, ppo_tiny.WordScorer(),
+                    prompts, RunPaths(tmp_path / "run", tmp_path / "rows", "budget"))
+    tr.train()
+    m = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert m[-1]["tokens_generated_cum"] >= 30 > m[-2]["tokens_generated_cum"]
+    assert len(m) < 6  # 4 rollouts x at most 6 tokens a step: the budget ends it early
+    last = (tmp_path / "run" / "checkpoints" / "latest").read_text()
+    assert last == f"step-{m[-1]['step']:06d}"  # the final step is checkpointed
+    with pytest.raises(Exception, match="total_tokens"):
+        build(PPOConfig, {"total_tokens": -1}, "ppo")

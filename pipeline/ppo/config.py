@@ -19,6 +19,10 @@ from rlhf.pipeline.ppo.schedules import DEFAULT_LAMBDA_EPS_TABLE, check_lambda_e
 class PPOConfig:
     seed: int = 0
     total_steps: int = 40
+    # a budget of generated tokens (every token the policy sampled, accounting.py): the run
+    # stops after the step that reaches it (0 = none; `total_steps` still bounds the run), so
+    # arms that spend fewer tokens a step can be compared at an equal budget (bench/economy.py)
+    total_tokens: int = 0
     batch_size: int = 8  # prompts per step (per process)
     mini_batch_size: int = 4  # rollouts per optimiser step
     ppo_epochs: int = 2
@@ -128,6 +132,9 @@ class PPOConfig:
                               f"ppo.mini_batch_size ({self.mini_batch_size})")
         if self.mini_batch_size < 2 and self.whiten_advantages:
             raise ConfigError("ppo.mini_batch_size must be >= 2 to whiten advantages")
+        if self.total_tokens < 0:
+            raise ConfigError(f"ppo.total_tokens must be >= 0 (0 = no token budget), "
+                              f"got {self.total_tokens}")
         for name in ("total_steps", "ppo_epochs", "max_new_tokens", "checkpoint_every",
                      "csv_every", "critic_max_tokens"):
             if getattr(self, name) < 1:

@@ -165,10 +165,18 @@ class PPOTrainer:
         self.recorder.open(start, resume)
         self.acc.wait_for_everyone()
         last: dict = {}
+        budget = self.cfg.total_tokens
         for step in self._progress(range(start, self.cfg.total_steps + 1)):
+            if budget and self.totals.sums["tokens_generated"] >= budget:
+                break  # a resumed run that had already spent its budget
             last = self.step(step)
-            if step % self.cfg.checkpoint_every == 0 or step == self.cfg.total_steps:
+            spent = budget and self.totals.sums["tokens_generated"] >= budget
+            if step % self.cfg.checkpoint_every == 0 or step == self.cfg.total_steps or spent:
                 checkpoint.save(self, step)
+            if spent:
+                self.recorder.event("token_budget_spent", step=step, budget=budget,
+                                    tokens_generated=self.totals.sums["tokens_generated"])
+                break
         return self.finish(last)
 
     def step(self, step: int) -> dict:
@@ -269,7 +277,7 @@ class PPOTrainer:
             policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
             torch.save(critic_weights, self.paths.out / "critic.pt")
-            summary = {"run_id": self.paths.run_id, "steps": self.cfg.total_steps,
+            summary = {"run_id": self.paths.run_id, "steps": last.get("step", 0),
                        "world_size": self.world, "engines": self.engines.described, "final": last,
                        "cost": self.totals.as_metrics()}
             (self.paths.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -1,0 +1,432 @@
+"""The rollout-economy benchmark: held-out gold against generated tokens, arm by arm, seed by
+seed, written to BENCHMARKS.md (issue 12 §5; ARCHITECTURE.md "The benchmark"; what reviewers ask
+for: shared/ANCHORS.md "How to report sample efficiency").
+
+    .venv/bin/python bench/economy.py --jobs 2          # every arm x seeds 0 1 2 -> BENCHMARKS.md
+    .venv/bin/python bench/economy.py --arms plain seed   # two arms, one job at a time
+    .venv/bin/python bench/economy.py --report-only         # the report from the saved results
+    .venv/bin/python bench/economy.py --quick --out /tmp/q  # tiny world, 2 arms, 1 seed, < 90 s
+
+Arms (`ARMS`): `plain` = plain(params.yaml ppo), every feature switch off; `seed` = params.yaml's
+ppo section as the ppo stage runs it (stratified batches from the difficulty table); `grpo` and
+`rloo` = current TRL's trainers on the same SFT policy, light RM, prompts, sampling and budget
+(bench/economy_peers.py). A rollout-economy feature becomes an arm by adding one line here:
+its PPOConfig switches on top of `seed` (the feature alone) or of another arm.
+
+Every arm x seed trains with the same budget: `--steps` PPO steps of `batch_size` rollouts and at
+most `--tokens` generated tokens (default: steps x batch_size x max_new_tokens, the most `steps`
+PPO steps can generate; the peers stop there, our trainer only at `--steps` until its config has
+a token budget, and no comparison goes past it). Its saved checkpoints are scored by the gold judge on the held-out
+prompts (pipeline/eval_prompts.py) by `rlhf.pipeline.ppo.evaluate.gold_eval`, sampled as PPO
+samples (`sampling_of`) with ppo.eval_seed for every policy, the SFT policy being the point at 0
+tokens; curves are
+interpolated on cumulative generated tokens. Each arm x seed is one subprocess with one torch
+thread (RLHF_TORCH_THREADS=1) whose result lands in <out>/results/<arm>/seed<k>.json, so arms run
+one at a time and a rerun skips what is there (unless --force) as long as the inputs (hashes of
+the SFT policy, the light RM and the prompts) and the budget are unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RLHF_TORCH_THREADS", "1")
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+
+@dataclass(frozen=True)
+class Arm:
+    trainer: str = "ppo"  # ppo (ours) | grpo | rloo (TRL)
+    base: str = "seed"  # "plain": plain(params.yaml ppo); "seed": params.yaml ppo as it is
+    overrides: dict = field(default_factory=dict)  # PPOConfig fields on top (a feature's switches)
+    stratified: bool = False  # batches from the difficulty table, as the ppo stage draws them
+
+
+ARMS: dict[str, Arm] = {
+    "plain": Arm(base="plain"),
+    "seed": Arm(base="seed", stratified=True),
+    # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
+    "light_critic": Arm(base="seed", stratified=True,
+                        overrides={"critic": "light", "reward_attention_on": True}),
+    "grpo": Arm(trainer="grpo", base="plain"),
+    "rloo": Arm(trainer="rloo", base="plain"),
+}
+BASELINE = "plain"
+PEER_GROUP = 4  # GRPO / RLOO samples per prompt (16 rollouts a step = 4 prompts x 4)
+EVAL_POINTS = 6  # checkpoints per run besides SFT
+
+# --quick: a tiny world (economy_world.py) and a budget that runs in seconds
+QUICK_PPO = {"batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 16,
+             "max_prompt_tokens": 16, "learning_rate": 1e-3, "critic_learning_rate": 1e-3,
+             "critic_hidden_size": 32, "critic_layers": 2, "critic_heads": 4,
+             "critic_max_tokens": 16, "kl_warmup_steps": 3, "gradnorm_reference_steps": 2,
+             "attn_implementation": "eager"}
+QUICK_STEPS = 8
+QUICK_POINTS = 4
+
+
+# --------------------------------------------------------------------------- the setup
+def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int, tokens: int):
+    """The PPOConfig an arm x seed trains with. Our trainer stops at `total_steps`; when its
+    config grows a generated-token budget (`total_tokens`), the run also stops there, as the
+    peers do. Until then the report cuts every curve at the token budget."""
+    from dataclasses import fields
+
+    from rlhf.pipeline.ppo.config import plain
+
+    cfg = plain(base_cfg) if arm.base == "plain" else base_cfg
+    cfg = replace(cfg, **arm.overrides)
+    budget = {"total_tokens": tokens} if "total_tokens" in {f.name for f in fields(cfg)} else {}
+    return replace(cfg, seed=seed, total_steps=steps,
+                   checkpoint_every=max(1, steps // points), **budget)
+
+
+def ppo_prompts(pool: Path) -> list[tuple[str, str]]:
+    """(prompt_id, text) of the ppo split of a pool table folder, or of a JSONL file."""
+    if pool.is_dir():
+        from rlhf.store.io import read_table
+
+        rows = read_table("pool", pool).select(["prompt_id", "text", "split"]).to_pylist()
+        return sorted((r["prompt_id"], r["text"]) for r in rows if r["split"] == "ppo")
+    rows = [json.loads(line) for line in pool.read_text().splitlines() if line.strip()]
+    return sorted((o["prompt_id"], o["text"]) for o in rows)
+
+
+def prepare(args) -> dict:
+    """Snapshot the inputs under <out>/inputs (every job of a report reads the same files, even
+    if the artifacts are regenerated meanwhile) and write <out>/setup.json; returns it."""
+    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.ppo.generate import sampling_of
+    from rlhf.store.hashing import content_hash, tree_hash
+
+    out = args.out
+    inputs = out / "inputs"
+    base = load_section(args.params, "ppo")
+    if args.quick:
+        import economy_world
+
+        scratch = Path(tempfile.mkdtemp(prefix="economy-quick-"))
+        world = economy_world.build(scratch)
+        src = {"sft": world["sft"], "rm_light": world["rm_light"], "pool": world["pool"]}
+        held = [tuple(p) for p in json.loads(world["held_out"].read_text())]
+        base = replace(base, **QUICK_PPO)
+        strong = None
+    else:
+        from rlhf.pipeline.eval_prompts import held_out_prompts
+
+        a = args.artifacts
+        src = {"sft": a / "models" / "sft", "rm_light": a / "models" / "rm_light",
+               "pool": a / "store" / "pool"}
+        if (a / "store" / "difficulty").is_dir():
+            src["difficulty"] = a / "store" / "difficulty"
+        missing = [str(p) for p in src.values() if not p.exists()]
+        if missing:
+            raise SystemExit(f"missing inputs (run `dvc repro ppo` first): {', '.join(missing)}")
+        held = held_out_prompts(a / "store")
+        strong = a / "models" / "rm_strong" if base.escalate_below > 0 else None
+    hashes = {k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
+              for k, v in src.items()}
+    if strong:  # Level 2 escalation reads it in place (263 MB): hashed, not copied
+        hashes["rm_strong"] = tree_hash(strong)
+    old = json.loads((out / "setup.json").read_text()) if (out / "setup.json").exists() else {}
+    inputs.mkdir(parents=True, exist_ok=True)
+    for k, v in src.items():
+        dst = inputs / v.name
+        if old.get("hashes", {}).get(k) != hashes[k] or not dst.exists():
+            shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink(missing_ok=True)
+            (shutil.copytree if v.is_dir() else shutil.copy)(v, dst)
+    if args.quick:
+        shutil.rmtree(scratch, ignore_errors=True)
+    steps = args.steps or (QUICK_STEPS if args.quick else 2 * base.total_steps)
+    tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
+    setup = {
+        "quick": bool(args.quick), "steps": steps, "token_budget": tokens, "points": args.points,
+        "peer_group": PEER_GROUP,
+        "paths": {k: str(inputs / v.name) for k, v in src.items()},
+        "strong_reward": str(strong) if strong else None,
+        "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
+        "held_out": held, "base_config": asdict(base),
+        # held-out gold sampled as PPO samples (the ppo stage's and the eval stage's one rule)
+        "eval": {"n_prompts": len(held), **asdict(sampling_of(base)), "seed": base.eval_seed},
+    }
+    (out / "setup.json").write_text(json.dumps(setup, indent=1))
+    return json.loads((out / "setup.json").read_text())  # as the jobs will read it
+
+
+def spec_of(setup: dict, arm_name: str) -> dict:
+    """What a saved result must share with the current setup to be reused."""
+    return {"arm": asdict(ARMS[arm_name]), "steps": setup["steps"], "points": setup["points"],
+            "token_budget": setup["token_budget"], "hashes": setup["hashes"],
+            "eval": setup["eval"], "base_config": setup["base_config"]}
+
+
+def result_path(out: Path, arm: str, seed: int | None) -> Path:
+    return out / "results" / ("sft.json" if arm == "sft" else f"{arm}/seed{seed}.json")
+
+
+def load_result(path: Path, spec: dict) -> dict | None:
+    if not path.exists():
+        return None
+    res = json.loads(path.read_text())
+    return res if res.get("spec") == spec else None
+
+
+# --------------------------------------------------------------------------- one job
+def gold_of(policy_folder: Path, setup: dict) -> dict:
+    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.ppo.evaluate import gold_eval
+
+    e = setup["eval"]
+    sampling = Sampling(e["temperature"], e["top_p"], e["max_new_tokens"])
+    return gold_eval(policy_folder, [tuple(p) for p in setup["held_out"]], sampling, e["seed"])
+
+
+def gold_of_weights(weights: Path, setup: dict, scratch: Path) -> dict:
+    """Gold of the SFT architecture with a saved state_dict loaded into it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sft = setup["paths"]["sft"]
+    model = AutoModelForCausalLM.from_pretrained(sft, dtype=torch.float32)
+    model.load_state_dict(torch.load(weights, map_location="cpu"))
+    shutil.rmtree(scratch, ignore_errors=True)
+    model.save_pretrained(scratch)
+    AutoTokenizer.from_pretrained(sft).save_pretrained(scratch)
+    try:
+        return gold_of(scratch, setup)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
+    """Train one arm x seed (or evaluate SFT), evaluate its checkpoints, save the result."""
+    from rlhf.pipeline.ppo.config import PPOConfig, features_on
+
+    if arm_name == "sft":
+        t = time.perf_counter()
+        g = gold_of(Path(setup["paths"]["sft"]), setup)
+        res = {"arm": "sft", "gold": g, "seconds_eval": round(time.perf_counter() - t, 2),
+               "spec": {"hashes": setup["hashes"], "eval": setup["eval"]}}
+        return _save(out, "sft", None, res)
+    arm = ARMS[arm_name]
+    base = PPOConfig(**setup["base_config"])
+    cfg = arm_config(base, arm, seed, setup["steps"], setup["points"], setup["token_budget"])
+    work = out / "work" / arm_name / f"seed{seed}"
+    shutil.rmtree(work, ignore_errors=True)
+    paths = setup["paths"]
+    stratified = bool(arm.stratified and paths.get("difficulty"))
+    t = time.perf_counter()
+    if arm.trainer == "ppo":
+        from rlhf.pipeline.ppo.trainer import run
+
+        run(cfg, paths["sft"], paths["rm_light"], paths["pool"], work, work / "rollouts",
+            run_id=f"{arm_name}-seed{seed}", progress=False,
+            difficulty=paths["difficulty"] if stratified else None,
+            strong_reward=setup["strong_reward"])
+        seconds_train = time.perf_counter() - t
+        cum = {}
+        for line in (work / "metrics.jsonl").read_text().splitlines():
+            m = json.loads(line)
+            cum[m["step"]] = m
+        summary = json.loads((work / "summary.json").read_text())
+        cost = {k[:-4]: v for k, v in summary["cost"].items() if k.endswith("_cum")}
+        ckpts = [(int(d.name.split("-")[1]), d / "policy.pt")
+                 for d in sorted((work / "checkpoints").glob("step-*"))]
+        marks = [(step, cum[step]["tokens_generated_cum"], pt) for step, pt in ckpts]
+    else:
+        from economy_peers import train_peer
+
+        peer = train_peer(arm.trainer, cfg, Path(paths["sft"]), Path(paths["rm_light"]),
+                          ppo_prompts(Path(paths["pool"])), work, setup["token_budget"],
+                          setup["peer_group"])
+        seconds_train = time.perf_counter() - t
+        cost = peer["cost"]
+        marks = [(c["step"], c["tokens_generated"], Path(c["folder"]) / "policy.pt")
+                 for c in peer["checkpoints"]]
+    t = time.perf_counter()
+    points = []
+    for step, tokens, pt in marks:
+        g = gold_of_weights(pt, setup, work / "eval-policy")
+        points.append({"step": step, "tokens": tokens, **g})
+    res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer,
+           "features_on": features_on(cfg) if arm.trainer == "ppo" else {},
+           "stratified": stratified,
+           "points": points, "cost": cost, "seconds_train": round(seconds_train, 2),
+           "seconds_eval": round(time.perf_counter() - t, 2), "spec": spec_of(setup, arm_name)}
+    _save(out, arm_name, seed, res)
+    if not os.environ.get("ECONOMY_KEEP_WORK"):
+        shutil.rmtree(work, ignore_errors=True)
+        for empty in (work.parent, work.parent.parent):  # what another job is using stays
+            try:
+                empty.rmdir()
+            except OSError:
+                break
+    return res
+
+
+def code_version() -> str:
+    """The checkout's commit, `+dirty` when tracked files differ from it."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
+    res["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    res["code"] = code_version()
+    res["command"] = os.environ.get("ECONOMY_COMMAND", "")
+    path = result_path(out, arm, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1))
+    tmp.replace(path)
+    return res
+
+
+# --------------------------------------------------------------------------- the driver
+# seconds per PPO step (16 rollouts), per generation batch of a peer and per gold evaluation
+# (211 prompts), measured on the embedded default on 2 shared cores, one thread a job (plain
+# 2.8 s/step, seed 2.7, GRPO 1.5 with TRL's cached generation, eval 7.5 s); a projection uses
+# the saved results' own timings where there are any
+DEFAULT_SECONDS = {"ppo_step": 2.8, "peer_step": 1.5, "eval": 7.5, "startup": 15.0}
+
+
+def projected_seconds(setup: dict, out: Path, jobs: list[tuple[str, int | None]]) -> float:
+    total = 0.0
+    for arm_name, seed in jobs:
+        if arm_name == "sft":
+            total += DEFAULT_SECONDS["startup"] + DEFAULT_SECONDS["eval"]
+            continue
+        done = [r for r in (load_result(p, spec_of(setup, arm_name))
+                            for p in (out / "results" / arm_name).glob("seed*.json")) if r]
+        if done:
+            total += sum(d["seconds_train"] + d["seconds_eval"] for d in done) / len(done)
+            total += DEFAULT_SECONDS["startup"]
+            continue
+        kind = "ppo_step" if ARMS[arm_name].trainer == "ppo" else "peer_step"
+        scale = 0.05 if setup["quick"] else 1.0
+        total += (DEFAULT_SECONDS["startup"] + scale * (
+            setup["steps"] * DEFAULT_SECONDS[kind]
+            + (setup["points"] + 1) * DEFAULT_SECONDS["eval"]))
+    return total
+
+
+def drive(args, setup: dict) -> list[str]:
+    """Run the missing jobs, `args.jobs` subprocesses at a time; returns the failures."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = []
+    for arm_name, seed in [("sft", None)] + [(a, s) for a in args.arms for s in args.seeds]:
+        spec = ({"hashes": setup["hashes"], "eval": setup["eval"]} if arm_name == "sft"
+                else spec_of(setup, arm_name))
+        if args.force and arm_name != "sft" or load_result(
+                result_path(args.out, arm_name, seed), spec) is None:
+            todo.append((arm_name, seed))
+    est = projected_seconds(setup, args.out, todo)
+    print(f"economy: {len(todo)} job(s) to run ({', '.join(f'{a}:{s}' for a, s in todo) or '-'});"
+          f" projected {est / 60:.1f} min of one core, ~{est / 60 / max(1, args.jobs):.1f} min "
+          f"with --jobs {args.jobs}", flush=True)
+    if args.dry_run:
+        return []
+    logs = args.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
+    def launch(job):
+        arm_name, seed = job
+        log = logs / f"{arm_name}-{seed}.log"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out),
+               "--job", arm_name, str(-1 if seed is None else seed)]
+        t = time.perf_counter()
+        with open(log, "w") as fh:
+            rc = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                 env={**os.environ, "ECONOMY_COMMAND": args.command})
+        print(f"economy: {arm_name} seed {seed}: {'ok' if rc == 0 else f'FAILED rc={rc} ({log})'}"
+              f" in {time.perf_counter() - t:.0f} s", flush=True)
+        return None if rc == 0 else f"{arm_name}:{seed}"
+
+    first = [j for j in todo if j[0] == "sft"]
+    failed = [f for f in map(launch, first) if f]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        failed += [f for f in pool.map(launch, [j for j in todo if j[0] != "sft"]) if f]
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--artifacts", type=Path, default=Path("artifacts"))
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default artifacts/bench/economy)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="the report (default BENCHMARKS.md; <out>/BENCHMARKS.md with --quick)")
+    ap.add_argument("--arms", nargs="+", default=None, choices=list(ARMS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="PPO steps per run (default 2 x params.yaml ppo.total_steps)")
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="generated-token budget per run (default steps x batch x max_new_tokens)")
+    ap.add_argument("--points", type=int, default=None,
+                    help=f"gold checkpoints a run (default {EVAL_POINTS}; --quick {QUICK_POINTS})")
+    ap.add_argument("--jobs", type=int, default=1, help="arm x seed jobs in parallel")
+    ap.add_argument("--force", action="store_true", help="rerun jobs that have results")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the jobs and the projected time, run nothing")
+    ap.add_argument("--quick", action="store_true", help="tiny world, plain + seed, seed 0")
+    ap.add_argument("--job", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.out = args.out or (args.artifacts / "bench" / "economy")
+    args.points = args.points or (QUICK_POINTS if args.quick else EVAL_POINTS)
+    if args.job:  # one arm x seed, in its own process (what drive() launches)
+        from rlhf.pipeline.policy import quiet_hf
+
+        quiet_hf()  # one torch thread (RLHF_TORCH_THREADS): 2 threads on 2 busy cores crawl
+        setup = json.loads((args.out / "setup.json").read_text())
+        seed = int(args.job[1])
+        run_job(setup, args.out, args.job[0], None if seed < 0 else seed)
+        return 0
+    args.arms = args.arms or (["plain", "seed"] if args.quick else list(ARMS))
+    args.seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
+    args.report = (args.report or (args.out / "BENCHMARKS.md" if args.quick
+                                   else REPO / "BENCHMARKS.md")).resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.command = "python bench/economy.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    t = time.perf_counter()
+    failed: list[str] = []
+    if args.report_only:
+        setup = json.loads((args.out / "setup.json").read_text())
+    else:
+        setup = prepare(args)
+        failed = drive(args, setup)
+        if args.dry_run:
+            return 0
+    from economy_report import write_report
+
+    write_report(setup, args.out, args.report, list(ARMS), BASELINE, args.command, ARMS)
+    print(f"economy: report {args.report} ({time.perf_counter() - t:.0f} s)"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
