@@ -18,15 +18,9 @@ import pytest
 import ppo_tiny
 from rlhf.pipeline.config import ConfigError
 from rlhf.store.io import read_table
+from test_ppo_resume import _env, _metrics, _rows, kill_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
-
-
-def _env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONHASHSEED="0")
-    env.pop("WORLD_SIZE", None)
-    return env
 
 
 def _torchrun(world, params, out: Path, rows: Path, port: int, *extra) -> list[str]:
@@ -140,11 +134,6 @@ def test_zero3_sigkill_then_resume_equals_uninterrupted_run(tmp_path, repo):
     """Each process's optimizer share (checkpoints/step-N/zero3/) brings a killed ZeRO-3 run back
     exactly: same metrics, rows and weights as the uninterrupted run."""
     pytest.importorskip("deepspeed")
-    import signal
-    import time
-
-    from test_ppo_resume import _metrics, _rows
-
     world = ppo_tiny.build_world(tmp_path / "world")
     params = ppo_tiny.write_params(tmp_path / "p.yaml", total_steps=3, batch_size=4,
                                    mini_batch_size=2, checkpoint_every=2, sharding="zero3",
@@ -154,17 +143,8 @@ def test_zero3_sigkill_then_resume_equals_uninterrupted_run(tmp_path, repo):
                        env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert a.returncode == 0, a.stderr[-3000:]
     out_b = tmp_path / "b"
-    proc = subprocess.Popen(_torchrun(world, params, out_b, tmp_path / "rows_b", port + 1),
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    latest = out_b / "checkpoints" / "latest"
-    deadline = time.monotonic() + 300
-    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (out_b / "summary.json").exists(), "the run finished before it was killed"
-    assert latest.read_text() == "step-000002"
+    assert kill_at_first_checkpoint(
+        _torchrun(world, params, out_b, tmp_path / "rows_b", port + 1), out_b) == "step-000002"
     res = subprocess.run(
         _torchrun(world, params, out_b, tmp_path / "rows_b", port + 2, "--resume"),
         env=_env(), capture_output=True, text=True, timeout=600, check=False)

@@ -130,6 +130,22 @@ def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def kill_at_first_checkpoint(cmd: list[str], out: Path, timeout: float = 300) -> str:
+    """Start `cmd` in its own process group, SIGKILL the whole group (torchrun and every worker
+    at once, as a lost node) as soon as its first checkpoint is written; the checkpoint's name."""
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    latest = out / "checkpoints" / "latest"
+    deadline = time.monotonic() + timeout
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "summary.json").exists(), "the run finished before it was killed"
+    return latest.read_text()
+
+
 def _torchrun(world, params, out, rows, *extra) -> list[str]:
     torchrun = Path(sys.executable).with_name("torchrun")
     port = 29000 + (os.getpid() * 7 + len(str(out)) * 13 + int(time.monotonic() * 1000)) % 900
@@ -146,19 +162,8 @@ def test_sigkill_then_resume_under_torchrun_equals_uninterrupted_two_process_run
     assert a.returncode == 0, a.stderr[-3000:]
 
     out_b = tmp_path / "b"
-    # its own process group: SIGKILL reaches torchrun and both workers at once, as a lost node
-    proc = subprocess.Popen(_torchrun(world, params, out_b, tmp_path / "rows_b"), env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    latest = out_b / "checkpoints" / "latest"
-    deadline = time.monotonic() + 240
-    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert not (out_b / "summary.json").exists(), "the run finished before it was killed"
-    assert latest.read_text() == "step-000002"
+    assert kill_at_first_checkpoint(_torchrun(world, params, out_b, tmp_path / "rows_b"),
+                                    out_b) == "step-000002"
 
     res = subprocess.run(_torchrun(world, params, out_b, tmp_path / "rows_b", "--resume"),
                          env=_env(), capture_output=True, text=True, timeout=300)
