@@ -80,12 +80,15 @@ def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):
     assert load_scorer(tmp_path / "rm").gate == CONFIDENCE_GATE == 0.6
 
 
-# --- README: the ZeRO-3 command is marked as not working -----------------------------------
+# --- README: the accelerate ZeRO-3 launch is marked as never run on a GPU ---------------------
+# It starts now (pipeline/ppo/engines.py, tests/test_ppo_engines.py on CPUs), but the shipped
+# 8-GPU accelerate file has never been run: every mention must say so.
 
-def test_readme_does_not_present_the_zero3_launch_as_working(repo):
-    for doc in (repo / "README.md", repo / "configs" / "README.md"):
+def test_readme_does_not_present_the_zero3_launch_as_verified(repo):
+    for doc in (repo / "README.md", repo / "configs" / "README.md",
+                repo / "configs" / "accelerate_zero3.yaml"):
         text = doc.read_text()
         for m in re.finditer(r"accelerate_zero3\.yaml", text):
             around = text[max(0, m.start() - 600): m.end() + 600]
-            assert re.search(r"(?i)not working yet|does not (start|run)", around), \
-                f"{doc}: the ZeRO-3 launch is shown without saying it does not start yet"
+            assert re.search(r"(?i)not (been )?run on (a )?GPUs?|unverified", around), \
+                f"{doc}: the accelerate ZeRO-3 launch is shown without saying it is unverified"

@@ -226,7 +226,7 @@ def test_bad_strong_reward_or_gate_is_a_clean_error(tmp_path):
             "--rollouts", str(tmp_path / "r")]
     params = ppo_tiny.write_params(tmp_path / "p.yaml")
     res = runner.invoke(app, [*base, "--params", str(params), "--strong-reward", str(tmp_path)])
-    assert res.exit_code == 2 and "not a reward model folder" in " ".join(res.output.split())
+    assert res.exit_code == 2 and "not a reward-model folder" in " ".join(res.output.split())
     res = runner.invoke(app, [*base, "--params", str(params),
                               "--strong-reward", str(tmp_path / "missing")])
     assert res.exit_code == 2 and "does not exist" in " ".join(res.output.split())
