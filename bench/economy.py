@@ -98,17 +98,6 @@ def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int, tokens: i
                    checkpoint_every=max(1, steps // points), **budget)
 
 
-def ppo_prompts(pool: Path) -> list[tuple[str, str]]:
-    """(prompt_id, text) of the ppo split of a pool table folder, or of a JSONL file."""
-    if pool.is_dir():
-        from rlhf.store.io import read_table
-
-        rows = read_table("pool", pool).select(["prompt_id", "text", "split"]).to_pylist()
-        return sorted((r["prompt_id"], r["text"]) for r in rows if r["split"] == "ppo")
-    rows = [json.loads(line) for line in pool.read_text().splitlines() if line.strip()]
-    return sorted((o["prompt_id"], o["text"]) for o in rows)
-
-
 def prepare(args) -> dict:
     """Snapshot the inputs under <out>/inputs (every job of a report reads the same files, even
     if the artifacts are regenerated meanwhile) and write <out>/setup.json; returns it."""
@@ -253,8 +242,10 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     else:
         from economy_peers import train_peer
 
+        from rlhf.pipeline.ppo.samplers import load_prompts
+
         peer = train_peer(arm.trainer, cfg, Path(paths["sft"]), Path(paths["rm_light"]),
-                          ppo_prompts(Path(paths["pool"])), work, setup["token_budget"],
+                          load_prompts(Path(paths["pool"])), work, setup["token_budget"],
                           setup["peer_group"])
         seconds_train = time.perf_counter() - t
         cost = peer["cost"]

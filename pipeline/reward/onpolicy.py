@@ -29,7 +29,8 @@ class OnPolicySet:
         return len(self.responses)
 
 
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rho; NaN with fewer than 3 points or a constant side (no order to compare)."""
     from scipy.stats import spearmanr
 
     if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
@@ -44,7 +45,7 @@ def within_prompt_spearman(scores: Sequence[float], gold: Sequence[float],
     or the RM gives every sample the same score, have no ranking to get right and are skipped."""
     rhos = []
     for g in groups:
-        rho = _spearman([float(scores[i]) for i in g], [float(gold[i]) for i in g])
+        rho = spearman([float(scores[i]) for i in g], [float(gold[i]) for i in g])
         if rho == rho:
             rhos.append(rho)
     return (sum(rhos) / len(rhos) if rhos else float("nan")), len(rhos)
@@ -71,5 +72,5 @@ def onpolicy_set(policy, tokenizer, prompts: Sequence[str], k: int, temperature:
 def onpolicy_report(scores: Sequence[float], data: OnPolicySet) -> dict:
     """{spearman, spearman_within_prompt, prompts_ranked, n} of one RM's scores of `data`."""
     within, n_groups = within_prompt_spearman(scores, data.gold, data.groups)
-    return {"spearman": _spearman([float(s) for s in scores], data.gold),
+    return {"spearman": spearman([float(s) for s in scores], data.gold),
             "spearman_within_prompt": within, "prompts_ranked": n_groups, "n": len(data)}

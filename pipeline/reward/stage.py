@@ -34,6 +34,7 @@ from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
+from rlhf.pipeline.reward.onpolicy import spearman  # noqa: F401  (bench/light_rm.py uses it)
 from rlhf.pipeline.reward.train import RmTrainConfig
 
 
@@ -79,15 +80,6 @@ class RewardConfig:
 
 # ---------------------------------------------------------------------------------------------
 # small helpers
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    from scipy.stats import spearmanr
-
-    if len(a) < 3:
-        return float("nan")
-    rho = spearmanr(a, b).statistic
-    return float(rho) if rho == rho else float("nan")
 
 
 def _bootstrap(pairs: list[dict], seed: int) -> list[dict]:
