@@ -23,6 +23,9 @@ def eval_cmd(
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
+    judge_model: Path | None = typer.Option(
+        None, help="The judge's RM folder (judge.kind heldout_rm: what `rlhf judge` wrote; "
+                   "kind rm: overrides judge.model)."),
     params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
     metrics: Path | None = typer.Option(None, help="Write the metrics here (dvc metrics)."),
 ) -> None:
@@ -33,6 +36,12 @@ def eval_cmd(
         cfg = load_section(params, "eval")
         ppo_cfg = load_section(params, "ppo")
     except ConfigError as exc:
+        fail(str(exc))
+    from rlhf.pipeline.judges import judge_from_params
+
+    try:
+        judge = judge_from_params(params, judge_model)
+    except (ConfigError, ValueError, OSError) as exc:
         fail(str(exc))
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
@@ -49,7 +58,7 @@ def eval_cmd(
 
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
-                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
+                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p, judge=judge)
         if metrics is not None:
             from rlhf.store.io import write_text_atomic
 
@@ -59,6 +68,7 @@ def eval_cmd(
     except OSError as exc:
         fail(f"cannot write the outputs: {exc}")
     s, f = result["sft"], result["final"]
-    typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
+    typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; judge "
+               f"{result['judge']}: "
                f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "
                f"{f['win_rate']}, sqrt KL {f['sqrt_kl']}); report: {out / 'report.md'}")

@@ -37,6 +37,9 @@ def ppo(
         None, help="`difficulty` table folder: stratified batches (bucket x topic cluster)."),
     heldout_store: Path | None = typer.Option(
         None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out prompts."),
+    judge_model: Path | None = typer.Option(
+        None, help="The held-out figure's judge RM folder (judge.kind heldout_rm: what `rlhf "
+                   "judge` wrote; kind rm: overrides judge.model)."),
     params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
@@ -50,6 +53,7 @@ def ppo(
 
     try:
         cfg = load_section(params, "ppo")
+        judge_cfg = load_section(params, "judge")
     except ConfigError as exc:
         fail(str(exc))
     for name, path in (("prompts", prompts), ("difficulty", difficulty),
@@ -72,6 +76,14 @@ def ppo(
                 mf.check_torch_file(step / name, f"--resume checkpoint {step.name}")
     except mf.ModelFolderError as exc:
         fail(str(exc))
+    judge = None
+    if heldout_store is not None and cfg.heldout_eval:  # before training: a bad judge fails fast
+        from rlhf.pipeline.judges import load_judge
+
+        try:
+            judge = load_judge(judge_cfg, judge_model)
+        except (ValueError, OSError) as exc:
+            fail(str(exc))
     from rlhf.pipeline.ppo.trainer import run
 
     try:
@@ -90,11 +102,11 @@ def ppo(
         report = {"ppo": {k: last.get(k) for k in keys},
                   "rollouts": rollouts_used(rollouts, run_id or out.name),
                   "escalated_rollouts": escalated_rollouts(rollouts, run_id or out.name)}
-        if heldout_store is not None and cfg.heldout_eval:
+        if judge is not None:
             from rlhf.pipeline.ppo.generate import sampling_of
 
             report["heldout"] = compare(policy, out / "policy", heldout_store, sampling_of(cfg),
-                                        cfg.eval_seed)
+                                        cfg.eval_seed, judge)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     if metrics is not None:
