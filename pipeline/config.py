@@ -33,6 +33,7 @@ SECTIONS: dict[str, str] = {
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
     "eval": "rlhf.pipeline.eval:EvalConfig",
     "judge": "rlhf.pipeline.judges:JudgeConfig",
+    "demos": "rlhf.pipeline.demos:DemosConfig",
 }
 
 

@@ -63,6 +63,9 @@ class RewardConfig:
     batch_size: int = 64  # generation and scoring batch
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
+    # the preferences rows the RMs train on, by `source`: the annotators' rankings (embedded
+    # default) or human labels (realdata profile: hh-rlhf, oasst, queue)
+    train_sources: list[str] = field(default_factory=lambda: ["annotator"])
     external_sources: list[str] = field(default_factory=lambda: ["hh-rlhf"])
     external_train_pairs: int = 0  # 0 = every training pair of the external sources
     external_epochs: float = 1.0
@@ -286,6 +289,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
     None: this section's temperature, top-p 1."""
     import torch
+    from rlhf.pipeline.judges import score_all
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.confidence import (
@@ -303,9 +307,10 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
     rows = read_table("preferences", preferences_dir).to_pylist()
-    ann_rows = [r for r in rows if r["source"] == "annotator"]
+    ann_rows = [r for r in rows if r["source"] in cfg.train_sources]
     if not ann_rows:
-        raise ValueError(f"no annotator rankings in {preferences_dir}")
+        raise ValueError(f"no rankings from {cfg.train_sources} (reward.train_sources) in "
+                         f"{preferences_dir}")
     pairs = expand_pairs(ann_rows)
     train_pairs = [p for p in pairs if p["split"] == "train"]
     held_pairs = [p for p in pairs if p["split"] == "heldout"]
@@ -325,7 +330,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     # the light RM: layers of the SFT policy (the policy's tokenizer) or of the strong RM (its own)
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
     metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
-                               "n_adversarial_pairs": len(extra), "backbone": cfg.backbone}
+                               "n_adversarial_pairs": len(extra), "backbone": cfg.backbone,
+                               "judge": getattr(judge, "name", "world_gold")}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
@@ -421,7 +427,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
         log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
         f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
-        gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
+        gold = score_all(judge, f_prompts, f_resps)
         memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
         (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
         (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
