@@ -126,7 +126,7 @@ def sft(
         ("held-out demonstrations", m["n_heldout"]), ("train loss", m["train_loss"]),
         ("held-out loss", m["eval_loss"]), ("held-out perplexity", m["eval_perplexity"]),
         (f"judge ({m['judge']}) mean of SFT samples", m["gold_mean"]),
-        ("gold mean of the demonstrations", m["gold_mean_demonstrations"]),
+        ("judge mean of the demonstrations", m["gold_mean_demonstrations"]),
     ])
 
 

@@ -77,6 +77,7 @@ def run(cfg: DemosConfig, store_root: str | Path, out: str | Path,
     out = Path(out)
     with staged_folders([out]) as staged:
         d = staged[out]
+        d.mkdir(parents=True, exist_ok=True)
         with open(d / "demonstrations.jsonl", "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
         vocab = tiny.train_tokenizer(corpus, cfg.tokenizer_vocab, d / "tokenizer")

@@ -377,6 +377,7 @@ def format_turns(turns: list[tuple[str, str]]) -> str:
 def adapt_hh_rlhf(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     """hh-rlhf {"chosen", "rejected"}: prompt = first human turn; the pair = the two last
     assistant turns after their shared history."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
     chosen, rejected = obj.get("chosen"), obj.get("rejected")
     if not isinstance(chosen, str) or not isinstance(rejected, str):
         rec.reject("bad_type")
@@ -433,12 +434,12 @@ def _oasst_pairs(node: dict[str, Any], path: list[tuple[str, str]], out: list[di
 
 def adapt_oasst(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     """OpenAssistant tree: prompt = root text; ranked assistant siblings -> pairs."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
     root = obj.get("prompt")
     if not isinstance(root, dict):
         rec.reject("bad_type")
         return
     _set_text(rec, root.get("text"))
-    rec.source_type = "open_dataset"
     reviewed = root.get("review_result") is not False and not root.get("deleted")
     score = cfg.adapter_preference_score if reviewed else 0.0
     rec.provenance = {"dataset": "oasst", "preference_score": score, "adapter": "oasst",
@@ -458,12 +459,12 @@ def adapt_oasst(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
 def adapt_mt_bench(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     """MT-bench {"question_id", "category", "turns"}: prompt = the first turn (the second turn
     follows up on a model's answer, so it is no prompt on its own)."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
     turns = obj.get("turns")
     if not isinstance(turns, list) or not turns:
         rec.reject("bad_type")
         return
     _set_text(rec, turns[0])
-    rec.source_type = "open_dataset"
     rec.provenance = {"dataset": "mt-bench", "preference_score": cfg.adapter_preference_score,
                       "adapter": "mt-bench", "question_id": obj.get("question_id"),
                       "category": obj.get("category")}

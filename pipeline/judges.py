@@ -83,8 +83,10 @@ class RMJudge(_PerPair):
     are rendered as the project's RMs read them (reward.scorer.encode_texts)."""
 
     def __init__(self, model: str | Path, name: str, batch_size: int = 64, max_length: int = 256):
+        from rlhf.pipeline.policy import quiet_hf
         from rlhf.pipeline.reward.scorer import SCORER_FILE, Scorer, load_rm, load_scorer
 
+        quiet_hf()  # no library load bars in the stage's output
         self.name = name
         path = Path(model)
         if (path / SCORER_FILE).is_file():
