@@ -119,6 +119,7 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
     dvc = [str(Path(sys.executable).parent / "dvc")]
     subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=root, check=True, env=env)
     res = subprocess.run([*dvc, "repro"], cwd=profile, env=env, capture_output=True, text=True,
+                         check=False,
                          timeout=1500)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     lock = yaml.safe_load((profile / "dvc.lock").read_text())
@@ -161,7 +162,8 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
     assert int(rows["open_dataset"]["kept"]) == 3 + 30 + 9
     assert int(rows["open_dataset"]["rollouts"]) > 0
     # a second repro has nothing to do
-    res = subprocess.run([*dvc, "status"], cwd=profile, env=env, capture_output=True, text=True)
+    res = subprocess.run([*dvc, "status", "dvc.yaml"], cwd=profile, env=env, capture_output=True, text=True,
+                         check=False)
     assert "up to date" in res.stdout, res.stdout
 
 
