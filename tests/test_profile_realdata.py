@@ -162,8 +162,8 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
     assert int(rows["open_dataset"]["kept"]) == 3 + 30 + 9
     assert int(rows["open_dataset"]["rollouts"]) > 0
     # a second repro has nothing to do
-    res = subprocess.run([*dvc, "status", "dvc.yaml"], cwd=profile, env=env, capture_output=True, text=True,
-                         check=False)
+    res = subprocess.run([*dvc, "status", "dvc.yaml"], cwd=profile, env=env,
+                         capture_output=True, text=True, check=False)
     assert "up to date" in res.stdout, res.stdout
 
 
