@@ -10,17 +10,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
                               load_config, plain, write_metrics)
+from rlhf.pipeline.progress import bar
 
 console = Console()
-
-
-def _progress() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), console=console, transient=True)
 
 
 def ingest(
@@ -41,10 +36,8 @@ def ingest(
 
     cfg = load_config(params, "ingest")
     try:
-        with _progress() as bar:
-            task = bar.add_task("ingesting rows", total=None)
-            result = run_ingest(sources, out_store, cfg, tokenizer,
-                                on_progress=lambda k: bar.advance(task, k))
+        with bar("ingesting", unit="rows") as advance:
+            result = run_ingest(sources, out_store, cfg, tokenizer, on_progress=advance)
     except IngestError as exc:
         fail(str(exc))
     except OSError as exc:  # the store or metrics path cannot be written (a file in the way, ...)
@@ -87,11 +80,9 @@ def dedup(
 
     cfg = load_config(params, "dedup")
     try:
-        with _progress() as bar:
-            emb = bar.add_task("embedding new prompts", total=None)
-            clu = bar.add_task("clustering", total=None)
-            result = run_dedup(store, cfg, cache, on_embed=lambda k: bar.advance(emb, k),
-                               on_cluster=lambda k: bar.advance(clu, k))
+        with bar("embedding new prompts", unit="prompts") as embed, \
+                bar("clustering", unit="prompts") as cluster:
+            result = run_dedup(store, cfg, cache, on_embed=embed, on_cluster=cluster)
     except DedupError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -158,7 +158,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
                              eval_dataset=_to_dataset(held_rows) if held_rows else None,
                              processing_class=tok, peft_config=peft_config)
-        quiet_trainer(trainer)
+        quiet_trainer(trainer, "SFT training")
         t0 = time.perf_counter()
         result = trainer.train()
         train_seconds = time.perf_counter() - t0
