@@ -1,8 +1,11 @@
 """Typed configs: each stage's dataclass mirrors one section of `params.yaml`.
 
-`load_section(params_path, "world", WorldConfig)` builds the dataclass and rejects unknown keys
-and mistyped values with an error naming the key and the section. Hyperparameters live only in
-`params.yaml`; each field is documented once, in its stage's dataclass.
+`load_config(params_path, "world")` is what every stage command reads: the typed dataclass,
+every key given by the file (a missing section or key is an error, never a dataclass default);
+unknown keys and mistyped values fail with an error naming the key and the section.
+`load_section` builds the same dataclass with the defaults for absent keys (library use: tests,
+benchmarks). Hyperparameters live only in `params.yaml`; each field is documented once, in its
+stage's dataclass.
 
     rlhf params check            # validates every section of params.yaml
 """

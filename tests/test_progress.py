@@ -78,3 +78,30 @@ logging.getLogger("DeepSpeed").warning("a real DeepSpeed warning")
     out = res.stdout + res.stderr
     assert "Setting accelerator to CPU" not in out and "is_gradient_checkpointing" not in out
     assert "a real DeepSpeed warning" in out  # only the named messages go
+
+
+SAVE_AND_LOAD = """
+import sys
+if sys.argv[1] == "quiet":
+    from rlhf.pipeline import progress
+    progress.quiet_libraries()
+from transformers import LlamaConfig, LlamaForCausalLM
+m = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
+                                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+m.save_pretrained(sys.argv[2])
+LlamaForCausalLM.from_pretrained(sys.argv[2])
+"""
+
+
+def test_no_library_bars_when_saving_and_loading_a_model(tmp_path):
+    env = {**os.environ, "FORCE_COLOR": "1"}  # as on a terminal, where the bars would show
+
+    def output(mode: str) -> str:
+        res = subprocess.run([sys.executable, "-c", SAVE_AND_LOAD, mode, str(tmp_path / mode)],
+                             env=env, capture_output=True, text=True, timeout=300, check=True)
+        return res.stdout + res.stderr
+
+    loud = output("loud")
+    assert "Loading weights" in loud and "Writing model shards" in loud  # the check has teeth
+    quiet = output("quiet")
+    assert "Loading weights" not in quiet and "Writing model shards" not in quiet
