@@ -50,11 +50,13 @@ class _Lines:
 
     def __init__(self, description: str, total: int | None, unit: str):
         self.description, self.total, self.unit = description, total, unit
-        self.done, self.t0 = 0, time.monotonic()
-        self.last_t, self.last_tenth = self.t0, 0
+        # the clock starts at the first advance: a bar opened before its work (dedup's clustering
+        # bar, open while the embedding runs) shows the time of its own work
+        self.done, self.t0 = 0, None
+        self.last_t, self.last_tenth = None, 0
 
     def line(self) -> str:
-        elapsed = time.monotonic() - self.t0
+        elapsed = time.monotonic() - self.t0 if self.t0 is not None else 0.0
         unit = f" {self.unit}" if self.unit else ""
         if not self.total:
             return f"{self.description}  {self.done:,}{unit}  elapsed {_fmt_seconds(elapsed)}"
@@ -67,6 +69,8 @@ class _Lines:
     def advance(self, k: int) -> None:
         self.done += k
         now = time.monotonic()
+        if self.t0 is None:
+            self.t0 = self.last_t = now
         tenth = int(self.done * 10 // self.total) if self.total else 0
         quiet_for = now - self.last_t
         if (tenth > self.last_tenth and quiet_for >= MIN_SECONDS) or quiet_for >= EVERY_SECONDS:
@@ -108,9 +112,18 @@ def bar(description: str, total: int | None = None,
         _state["progress"] = _rich_progress(console)
         _state["progress"].start()
     prog = _state["progress"]
-    task = prog.add_task(description, total=total, unit=unit)
+    task = prog.add_task(description, total=total, unit=unit, start=False)
+
+    started = []
+
+    def advance(k: int) -> None:
+        if not started:  # the clock starts with the work (see _Lines)
+            prog.start_task(task)
+            started.append(True)
+        prog.advance(task, k)
+
     try:
-        yield lambda k: prog.advance(task, k)
+        yield advance
     finally:
         if outer:
             prog.stop()
