@@ -120,7 +120,9 @@ def _prune(d: dict) -> dict:
 
 
 def _jsonable(x: Any) -> Any:
-    """NaN / inf as null (JSON has neither), tuples as lists, numpy scalars as Python numbers."""
+    """NaN / inf as null (JSON has neither), tuples as lists, numpy scalars as Python numbers,
+    dates as ISO strings."""
+    import datetime as dt
     import math
 
     if isinstance(x, dict):
@@ -131,6 +133,8 @@ def _jsonable(x: Any) -> Any:
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, (dt.date, dt.datetime)):
+        return x.isoformat()
     return x
 
 

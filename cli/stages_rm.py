@@ -26,6 +26,7 @@ console = Console()
 # what a stage that samples as PPO does reads of the ppo section (generation.Sampling's fields)
 SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
 
+
 def _need_dir(path: Path | None, what: str) -> None:
     if path is not None and not path.is_dir():
         fail(f"{what} {path} is not a folder")
