@@ -181,10 +181,9 @@ def load_config(path: str | Path, section: str, fields: tuple[str, ...] | None =
 
 
 def complete_section(section: str, values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with every other key of `section` at its dataclass default, as plain YAML-ready
-    data (what a params file must hold for `load_config`; tests and notebooks write it)."""
-    cfg = build(config_class(section), values, section)
-
+    """`values` over every key of `section` at its dataclass default (nested sections merged), as
+    plain YAML-ready data: what a params file must hold for `load_config` (tests write it). The
+    values are not checked here: a bad one is the reading command's error."""
     def plain(x: Any) -> Any:
         if isinstance(x, dict):
             return {k: plain(v) for k, v in x.items()}
@@ -192,4 +191,8 @@ def complete_section(section: str, values: dict[str, Any]) -> dict[str, Any]:
             return [plain(v) for v in x]
         return x
 
-    return plain(dataclasses.asdict(cfg))
+    def merge(base: dict, over: dict) -> dict:
+        return {**base, **{k: merge(base[k], v) if isinstance(base.get(k), dict)
+                           and isinstance(v, dict) else v for k, v in over.items()}}
+
+    return merge(plain(dataclasses.asdict(config_class(section)())), plain(values))
