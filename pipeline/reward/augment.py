@@ -82,3 +82,100 @@ def augment_pairs(pairs: Sequence[dict[str, str]], fraction: float,
         out.append({"prompt": p, "chosen": a if sa > sb else b,
                     "rejected": b if sa > sb else a})
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward-hacking twins: the degenerations PPO finds first when it over-optimises an RM that never
+# saw them (bench/economy.py, README "Why plain PPO stopped learning"): a sentence repeated, a
+# sentence turned into a bag of its words (keyword stuffing), an answer cut to a few words.
+# Each twin is re-scored by the re-scorer, like every other augmentation: the RM learns the order
+# the judge gives, never a hard-coded penalty.
+
+
+def repeat_sentence(text: str, rng: random.Random) -> str:
+    """One sentence said again, 1-3 more times, right after itself."""
+    parts = [p for p in _SENTENCE.split(text.strip()) if p]
+    if not parts:
+        return text
+    i = rng.randrange(len(parts))
+    return " ".join(parts[:i + 1] + [parts[i]] * rng.randint(1, 3) + parts[i + 1:])
+
+
+def word_salad(text: str, rng: random.Random) -> str:
+    """One sentence (of >= 3 words) replaced by its words in a new order: its keywords stay,
+    what it stated goes."""
+    parts = [p for p in _SENTENCE.split(text.strip()) if p]
+    cands = [i for i, p in enumerate(parts) if len(p.split()) >= 3]
+    if not cands:
+        return text
+    i = rng.choice(cands)
+    ws = parts[i].rstrip(".!?").split()
+    order = list(range(len(ws)))
+    while order == sorted(order):
+        rng.shuffle(order)
+    parts[i] = " ".join(ws[j] for j in order) + "."
+    return " ".join(parts)
+
+
+def truncate_words(text: str, rng: random.Random) -> str:
+    """The first few words only (2 to a third of them)."""
+    ws = text.split()
+    if len(ws) < 6:
+        return text
+    return " ".join(ws[:rng.randint(2, len(ws) // 3)])
+
+
+HACKS: dict[str, Callable[[str, random.Random], str]] = {
+    "repeat": repeat_sentence, "salad": word_salad, "truncate": truncate_words}
+
+
+def hack_twins(prompts: Sequence[str], responses: Sequence[str], fraction: float,
+               rescore: Callable[[str, str], float], seed: int = 0) -> list[dict[str, str]]:
+    """Pairs (response, a hacked twin of it), one per kind of `HACKS`, for a `fraction` of the
+    responses, each ordered by the re-scores (ties and unchanged texts dropped)."""
+    rng = random.Random(seed)
+    out = []
+    for p, r in zip(prompts, responses):
+        if rng.random() >= fraction:
+            continue
+        for kind in sorted(HACKS):
+            twin = HACKS[kind](r, rng)
+            if twin == r:
+                continue
+            sa, sb = rescore(p, r), rescore(p, twin)
+            if sa == sb:
+                continue
+            out.append({"prompt": p, "chosen": r if sa > sb else twin,
+                        "rejected": twin if sa > sb else r})
+    return out
+
+
+def hack_probe(prompts: Sequence[str], responses: Sequence[str],
+               score: Callable[[list[str], list[str]], Sequence[float]],
+               rescore: Callable[[str, str], float], seed: int = 0) -> dict[str, dict]:
+    """Per hack kind: {n, agreement} — the share of (response, twin) pairs, where the re-scorer
+    tells them apart, that `score` (a batch RM: prompts, responses -> scores) orders the same way;
+    "all" pools the kinds. 1.0: the RM cannot be hacked this way; 0.0: it prefers the hack."""
+    rng = random.Random(seed)
+    ps, a, b, gold_first = [], [], [], []
+    kinds_of = []
+    for kind in sorted(HACKS):
+        for p, r in zip(prompts, responses):
+            twin = HACKS[kind](r, rng)
+            ga, gb = rescore(p, r), rescore(p, twin)
+            if twin != r and ga != gb:
+                ps.append(p)
+                a.append(r)
+                b.append(twin)
+                gold_first.append(ga > gb)
+                kinds_of.append(kind)
+    if not ps:
+        return {"all": {"n": 0, "agreement": None}}
+    sa = [float(x) for x in score(ps, a)]
+    sb = [float(x) for x in score(ps, b)]
+    agree = [(x > y) == g for x, y, g in zip(sa, sb, gold_first)]
+    out = {}
+    for kind in sorted(HACKS) + ["all"]:
+        sel = [ok for ok, k in zip(agree, kinds_of) if kind in ("all", k)]
+        out[kind] = {"n": len(sel), "agreement": sum(sel) / len(sel) if sel else None}
+    return out

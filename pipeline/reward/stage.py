@@ -63,6 +63,10 @@ class RewardConfig:
     batch_size: int = 64  # generation and scoring batch
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
+    hack_fraction: float = 0.0  # share of the training rankings' responses given a hacked twin
+    # (a sentence repeated, keyword salad, cut short: reward/augment.HACKS), re-scored by the judge
+    distill_hacks: int = 0  # hacked twins added to each rollout prompt's group of SFT samples in
+    # the light RM's distillation set (labelled by the strong RM like every other sample)
     external_sources: list[str] = field(default_factory=lambda: ["hh-rlhf"])
     external_train_pairs: int = 0  # 0 = every training pair of the external sources
     external_epochs: float = 1.0
@@ -76,6 +80,10 @@ class RewardConfig:
             raise ValueError("n_ensemble must be >= 1")
         if not 0.0 <= self.adversarial_fraction <= 1.0:
             raise ValueError("adversarial_fraction must be in [0, 1]")
+        if not 0.0 <= self.hack_fraction <= 1.0:
+            raise ValueError("hack_fraction must be in [0, 1]")
+        if self.distill_hacks < 0:
+            raise ValueError("distill_hacks must be >= 0")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,6 +231,21 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
     return prompts, responses, is_policy
 
 
+def hack_pairs(cfg: RewardConfig, ann_rows: Sequence[dict], judge) -> list[dict]:
+    """Training pairs (response, hacked twin) for `hack_fraction` of the training rankings'
+    distinct responses, ordered by the judge (reward/augment.hack_twins)."""
+    if not cfg.hack_fraction:
+        return []
+    from rlhf.pipeline.reward.augment import hack_twins
+
+    seen = sorted({(r["prompt"], r["response"]) for r in ann_rows if r["split"] == "train"})
+    out = hack_twins([p for p, _ in seen], [r for _, r in seen], cfg.hack_fraction, judge,
+                     seed=cfg.seed + 5)
+    for p in out:
+        p.update(prompt_id="hack:" + p["prompt"], split="train")
+    return out
+
+
 def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[str],
                 ann_rows: Sequence[dict], demos_path, sampling=None
                 ) -> tuple[list[str], list[str], list[list[int]]]:
@@ -255,8 +278,17 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
                                 cfg.seed + 11)
     else:
         demos = [[] for _ in rollout_prompts]
+    rng = random.Random(cfg.seed + 17)
     for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
-        for resps in ([s.response for s in ss], extra_resps):
+        own = [s.response for s in ss]
+        if cfg.distill_hacks and own:
+            from rlhf.pipeline.reward.augment import HACKS
+
+            kinds = sorted(HACKS)  # in turn: repeat, salad, truncate, repeat, ...
+            twins = [HACKS[kinds[j % len(kinds)]](rng.choice(own), rng)
+                     for j in range(cfg.distill_hacks)]
+            own += [t for t in twins if t not in own]
+        for resps in (own, extra_resps):
             if resps:
                 groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
                 d_prompts += [p] * len(resps)
@@ -320,12 +352,15 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         train_pairs = train_pairs + extra
     else:
         extra = []
+    hacks = hack_pairs(cfg, ann_rows, judge)
+    train_pairs = train_pairs + hacks
     init = resolve_backbone(cfg.backbone, sft_dir)
     tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
     # the light RM: layers of the SFT policy (the policy's tokenizer) or of the strong RM (its own)
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
     metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
-                               "n_adversarial_pairs": len(extra), "backbone": cfg.backbone}
+                               "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks),
+                               "backbone": cfg.backbone}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
@@ -464,6 +499,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
                 metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
                 metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
                     metrics["onpolicy"][rm]["spearman_within_prompt"]
+                metrics[f"hack_agreement_{rm}"] = \
+                    metrics["onpolicy"][rm]["hacks"]["all"]["agreement"]
 
         # 6. annotator drift, external human preferences -----------------------------------------
         metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
@@ -493,9 +530,18 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
                                         "top_p": sampling.top_p,
                                         "max_new_tokens": sampling.max_new_tokens},
                            "gold_mean": sum(data.gold) / max(len(data), 1)}
+    from rlhf.pipeline.reward.augment import hack_probe
+
+    probe = [i for g in data.groups for i in g[:2]]  # 2 samples a prompt: the probe's budget
+    probe_p, probe_r = [data.prompts[i] for i in probe], [data.responses[i] for i in probe]
     for name, scorer in (("strong", strong), ("light", light)):
         rewards, _ = scorer(data.prompts, data.responses)
         out[name] = onpolicy_report([float(x) for x in rewards], data)
+        # does the RM prefer a hacked twin of PPO's own samples (a repeat, keyword salad, a
+        # cut) over the sample, where the judge does not?
+        out[name]["hacks"] = hack_probe(probe_p, probe_r,
+                                        lambda ps, rs, s=scorer: s(ps, rs)[0].tolist(), judge,
+                                        seed=cfg.seed + 9)
     return out
 
 
