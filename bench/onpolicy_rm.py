@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args()
 
-    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, quiet_hf
     from rlhf.pipeline.ppo.scoring import load_scorer
     from rlhf.pipeline.reward.augment import hack_probe
@@ -41,7 +41,7 @@ def main() -> None:
 
     quiet_hf()
     a = args.artifacts
-    ppo = load_section(args.params, "ppo")
+    ppo = load_config(args.params, "ppo")
     prompts = sorted(r["text"] for r in read_table("pool", a / "store/pool").to_pylist()
                      if r["split"] == "ppo")
     policy, tok = load_policy(a / "models/sft")

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import fail
+from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, load_config, write_metrics
 
 
 def eval_cmd(
@@ -23,17 +23,13 @@ def eval_cmd(
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
-    metrics: Path | None = typer.Option(None, help="Write the metrics here (dvc metrics)."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
-    from rlhf.pipeline.config import ConfigError, load_section
-
-    try:
-        cfg = load_section(params, "eval")
-        ppo_cfg = load_section(params, "ppo")
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = load_config(params, "eval")
+    ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
     from rlhf.pipeline import model_folders as mf
@@ -50,14 +46,11 @@ def eval_cmd(
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
                      temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
-        if metrics is not None:
-            from rlhf.store.io import write_text_atomic
-
-            write_text_atomic(metrics, json.dumps({"eval": result}, indent=1) + "\n")
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
     except OSError as exc:
         fail(f"cannot write the outputs: {exc}")
+    write_metrics("eval", {"eval": result}, metrics, report_path)
     s, f = result["sft"], result["final"]
     typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
                f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "

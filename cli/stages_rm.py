@@ -19,25 +19,12 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rlhf.cli.common import add_plain_row, data_table, fail, plain
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
+                              load_config, plain, write_metrics)
 
 console = Console()
-
-PARAMS = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file.")
-METRICS = typer.Option(None, "--metrics", help="Write the metrics JSON here (DVC metrics).")
-
-
-def _config(params: Path, section: str):
-    from rlhf.pipeline.config import ConfigError, config_class, load_section
-
-    try:
-        if not params.is_file():
-            from rlhf.pipeline.config import build
-
-            return build(config_class(section), {}, section)
-        return load_section(params, section)
-    except ConfigError as exc:
-        fail(str(exc))
+# what a stage that samples as PPO does reads of the ppo section (generation.Sampling's fields)
+SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
 
 
 def _need_dir(path: Path | None, what: str) -> None:
@@ -87,11 +74,12 @@ def sft(
                                              help="model_config folder (embedded default)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Supervised fine-tuning of the starting policy (TRL SFTTrainer)."""
     from rlhf.pipeline.sft import run
 
-    cfg = _config(params, "sft")
+    cfg = load_config(params, "sft")
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -103,9 +91,10 @@ def sft(
         _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, demos, out, metrics, tokenizer, model_config)
+        m = run(cfg, demos, out, tokenizer, model_config)
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
+    write_metrics("sft", m, metrics, report_path)
     _table(f"sft -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("parameters", f"{m['n_params']:,}"), ("train demonstrations", m["n_train"]),
         ("held-out demonstrations", m["n_heldout"]), ("train loss", m["train_loss"]),
@@ -126,11 +115,12 @@ def preferences(
                                               "skipped when absent."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Sample k responses per reward-split prompt; the annotator pool ranks them."""
     from rlhf.pipeline.preferences import run
 
-    cfg = _config(params, "preferences")
+    cfg = load_config(params, "preferences")
     _need_model("policy", policy, "--policy")
     if pool is None and demos is None:
         fail("give --pool or --demos")
@@ -142,9 +132,10 @@ def preferences(
         realdata = None
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, out, pool, demos, realdata, metrics)
+        m = run(cfg, policy, out, pool, demos, realdata)
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
+    write_metrics("preferences", m, metrics, report_path)
     _table(f"preferences -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
         ("policy responses + demonstrations per prompt", f"{m['k']} + {m['demo_candidates']}"),
@@ -177,11 +168,16 @@ def reward(
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Train the strong RM ensemble, distil the light RM, report their quality."""
     from rlhf.pipeline.reward.stage import run
 
-    cfg = _config(params, "reward")
+    from rlhf.pipeline.generation import Sampling
+
+    cfg = load_config(params, "reward")
+    # how PPO will sample: the distribution the on-policy figures are measured on
+    ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
@@ -189,13 +185,11 @@ def reward(
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
-        from rlhf.pipeline.ppo.generate import sampling_of
-
-        m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
-                log=lambda msg: console.print(plain(msg, "dim")),
-                ppo_sampling=sampling_of(_config(params, "ppo")))
+        m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
+                log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
+    write_metrics("reward", m, metrics, report_path)
     print_reward_report(m, time.perf_counter() - t0)
 
 
@@ -263,11 +257,12 @@ def difficulty(
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Difficulty 0-10 and bucket per pool prompt; checks the stratified sampler's coverage."""
     from rlhf.pipeline.difficulty import run
 
-    cfg = _config(params, "difficulty")
+    cfg = load_config(params, "difficulty")
     _need_model("policy", policy, "--policy")
     _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
@@ -275,9 +270,10 @@ def difficulty(
         fail("give --pool or --demos")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, reward_model, out, pool, demos, metrics)
+        m = run(cfg, policy, reward_model, out, pool, demos)
     except (OSError, ValueError) as exc:
         fail(f"difficulty failed: {exc}")
+    write_metrics("difficulty", m, metrics, report_path)
     _table(f"difficulty -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
         *[(f"bucket {b}", n) for b, n in m["bucket_counts"].items()],
