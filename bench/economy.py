@@ -170,11 +170,30 @@ def result_path(out: Path, arm: str, seed: int | None) -> Path:
     return out / "results" / ("sft.json" if arm == "sft" else f"{arm}/seed{seed}.json")
 
 
+def spec_matches(saved: dict | None, spec: dict) -> bool:
+    """Whether a saved result's spec is the current one. A PPOConfig field that did not exist
+    when the result was saved counts as its dataclass default: a new feature switch defaults to
+    off (the behaviour the saved run had), so adding one does not invalidate every result."""
+    if not saved:
+        return False
+    if {k: v for k, v in saved.items() if k != "base_config"} != {
+            k: v for k, v in spec.items() if k != "base_config"}:
+        return False
+    from dataclasses import fields
+
+    from rlhf.pipeline.ppo.config import PPOConfig
+
+    defaults = {f.name: f.default for f in fields(PPOConfig)}
+    old, new = saved.get("base_config", {}), spec.get("base_config", {})
+    return all(old.get(k, defaults.get(k)) == new.get(k, defaults.get(k))
+               for k in set(old) | set(new))
+
+
 def load_result(path: Path, spec: dict) -> dict | None:
     if not path.exists():
         return None
     res = json.loads(path.read_text())
-    return res if res.get("spec") == spec else None
+    return res if spec_matches(res.get("spec"), spec) else None
 
 
 # --------------------------------------------------------------------------- one job

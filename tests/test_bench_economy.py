@@ -80,6 +80,19 @@ def table(report: str, heading: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slow
+def test_saved_result_survives_a_new_default_off_switch_not_a_changed_value():
+    import economy
+
+    spec = {"arm": {"trainer": "ppo"}, "steps": 4,
+            "base_config": {"learning_rate": 3e-5, "escalate_below": 0.0}}
+    older = {**spec, "base_config": {"learning_rate": 3e-5}}  # saved before escalate_below
+    assert economy.spec_matches(older, spec)  # the field's default (0.0) is what it ran with
+    changed = {**spec, "base_config": {**spec["base_config"], "escalate_below": 0.6}}
+    assert not economy.spec_matches(changed, spec)
+    assert not economy.spec_matches({**spec, "steps": 8}, spec)
+    assert not economy.spec_matches(None, spec)
+
+
 def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
     out = tmp_path / "economy"
     env = {**os.environ, "RLHF_TORCH_THREADS": "1"}
