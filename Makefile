@@ -32,6 +32,8 @@ run: setup
 	$(BIN)/dvc status
 	@# the last stage's verdict: SFT vs every PPO checkpoint (artifacts/eval/report.md)
 	@sed -n '/^| step/,/^## Figures/p' artifacts/eval/report.md
+	@echo "plots: artifacts/eval/gold_proxy_vs_kl.png, artifacts/eval/metrics_sft_vs_ppo.png;" \
+	      "all of them: dvc plots show (dvc_plots/index.html); headline figures: dvc metrics show"
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -42,14 +42,15 @@ def machine() -> str:
             f"{os.environ.get('RLHF_TORCH_THREADS', '1')} per job")
 
 
-def collect(setup: dict, out: Path, arm_names: list[str], spec_of) -> tuple[dict, list[str]]:
+def collect(setup: dict, out: Path, arm_names: list[str], spec_of,
+            spec_matches) -> tuple[dict, list[str]]:
     """{arm: [result per seed]} of the results matching the setup, and the stale ones."""
     runs: dict[str, list[dict]] = {}
     stale = []
     for arm in arm_names:
         for path in sorted((out / "results" / arm).glob("seed*.json")):
             res = json.loads(path.read_text())
-            if res.get("spec") == spec_of(setup, arm):
+            if spec_matches(res.get("spec"), spec_of(setup, arm)):
                 runs.setdefault(arm, []).append(res)
             else:
                 stale.append(str(path.relative_to(out)))
@@ -73,11 +74,11 @@ def _ratio(r: dict) -> str:
 
 def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], baseline: str,
                  command: str, arms: dict) -> None:
-    from economy import spec_of
+    from economy import spec_matches, spec_of
 
     sft_path = out / "results" / "sft.json"
     sft = json.loads(sft_path.read_text()) if sft_path.exists() else None
-    runs, stale = collect(setup, out, arm_names, spec_of)
+    runs, stale = collect(setup, out, arm_names, spec_of, spec_matches)
     # the repo's BENCHMARKS.md keeps its figure in bench/figures/; anywhere else, beside it
     figure = report.parent / (FIGURE if report.parent != Path(__file__).resolve().parents[1]
                               else f"bench/figures/{FIGURE}")
@@ -100,7 +101,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: "
         f"generation batches of {base['batch_size']} = {base['batch_size'] // group} prompts "
         f"x {group})")
-    lines.append(f"- held-out gold: the world's gold judge on {e['n_prompts']} eval-split "
+    judge = setup.get("judge", {}).get("spec", {}).get("name", "world_gold")
+    who = "the world's gold judge" if judge == "world_gold" else f"the judge `{judge}`"
+    lines.append(f"- held-out gold: {who} on {e['n_prompts']} eval-split "
                  f"prompts, one sample each, sampled as PPO samples (max {e['max_new_tokens']} new "
                  f"tokens, temperature {e['temperature']}, top-p {e['top_p']}, seed {e['seed']}, "
                  "the same for every policy)")

@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, load_scorer
@@ -59,7 +59,7 @@ def main() -> None:
     quiet_hf()
     a = args.artifacts
     demos = a / "world" / "demonstrations.jsonl"
-    cfg = load_section(args.params, "reward")
+    cfg = load_config(args.params, "reward")
     rows = [r for r in read_table("preferences", a / "store" / "preferences").to_pylist()
             if r["source"] == "annotator"]
     strong_dir = a / "models" / "rm_strong"
@@ -70,7 +70,7 @@ def main() -> None:
     from rlhf.pipeline.ppo.generate import sampling_of
 
     d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, rows, demos,
-                                             sampling_of(load_section(args.params, "ppo")))
+                                             sampling_of(load_config(args.params, "ppo")))
     targets, _ = strong(d_prompts, d_resps)
     f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos)
     t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """How well the reward models rank PPO's own distribution: Spearman against the gold judge over
 SFT samples of the ppo-split prompts at PPO's sampling settings, overall and within a prompt
-(pipeline/reward/onpolicy.py), for the RM folders of `dvc repro reward` (or any given).
+(pipeline/reward/onpolicy.py), and whether it prefers reward-hacking twins of those samples
+(a sentence repeated, keyword salad, cut short: reward/augment.hack_probe), for the RM folders of `dvc repro reward` (or any given).
 
     .venv/bin/python bench/onpolicy_rm.py                       # rm_light and rm_strong
     .venv/bin/python bench/onpolicy_rm.py --rm artifacts/models/rm_light --k 6
@@ -30,15 +31,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args()
 
-    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, quiet_hf
     from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.reward.augment import hack_probe
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
+    from rlhf.pipeline.world.judge import gold_score
     from rlhf.store.io import read_table
 
     quiet_hf()
     a = args.artifacts
-    ppo = load_section(args.params, "ppo")
+    ppo = load_config(args.params, "ppo")
     prompts = sorted(r["text"] for r in read_table("pool", a / "store/pool").to_pylist()
                      if r["split"] == "ppo")
     policy, tok = load_policy(a / "models/sft")
@@ -50,8 +53,15 @@ def main() -> None:
           f"max {max(data.gold):.2f}")
     rows = []
     for rm in args.rm or [a / "models/rm_light", a / "models/rm_strong"]:
-        scores, _ = load_scorer(rm).score(data.prompts, data.responses)
+        scorer = load_scorer(rm)
+        scores, _ = scorer.score(data.prompts, data.responses)
         row = {"rm": str(rm), **onpolicy_report([float(s) for s in scores], data)}
+        # reward-hacking twins of the first 2 samples per prompt (as the reward stage probes)
+        probe = [i for g in data.groups for i in g[:2]]
+        row["hacks"] = hack_probe([data.prompts[i] for i in probe],
+                                  [data.responses[i] for i in probe],
+                                  lambda ps, rs, s=scorer: s.score(ps, rs)[0].tolist(),
+                                  gold_score, seed=0)
         rows.append(row)
         print(json.dumps(row))
     if args.out:

@@ -175,7 +175,7 @@ def main() -> int:
     import torch
     import transformers
     import trl
-    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.config import load_config
     from rlhf.pipeline.ppo.config import plain
 
     out = args.out or args.artifacts / "bench" / "economy"
@@ -183,7 +183,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="ppo-vs-trl112-"))
     sft = args.artifacts / "models" / "sft"
     world = build_world(scratch, sft if sft.is_dir() else None)
-    cfg = replace(plain(load_section(args.params, "ppo")), total_steps=args.steps,
+    cfg = replace(plain(load_config(args.params, "ppo")), total_steps=args.steps,
                   checkpoint_every=args.steps, seed=0)
     t = time.perf_counter()
     our_steps = ours(cfg, world, scratch / "ours")

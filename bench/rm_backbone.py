@@ -39,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.scorer import Scorer
@@ -57,7 +57,7 @@ def main() -> None:
 
     quiet_hf()
     a = args.artifacts
-    cfg = load_section(args.params, "reward")
+    cfg = load_config(args.params, "reward")
     rows = [r for r in read_table("preferences", a / "store" / "preferences").to_pylist()
             if r["source"] == "annotator"]
     pairs = expand_pairs(rows)

@@ -30,6 +30,15 @@ app = typer.Typer(
 
 params_app = typer.Typer(help="Inspect and validate params.yaml.", no_args_is_help=True)
 app.add_typer(params_app, name="params")
+
+
+@app.callback()
+def _setup() -> None:
+    """Every command: progress bars on, library bars and unactionable warnings off."""
+    from rlhf.pipeline import progress
+
+    progress.quiet_libraries()
+    progress.enable()
 app.add_typer(world_app, name="world")
 
 

@@ -8,7 +8,9 @@ as a `Text` (`plain`), never inside a markup string; `data_table` builds tables 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -55,3 +57,124 @@ def data_table(title: Any = "", columns: list[Any] = (), **kwargs: Any) -> Table
 def add_plain_row(table: Table, *cells: Any) -> None:
     """Add one row; every cell is shown verbatim (a Text is kept as it is, for styled cells)."""
     table.add_row(*(c if isinstance(c, Text) else plain(c) for c in cells))
+
+
+# --------------------------------------------------------------------------- params, metrics
+def load_config(params: Path, section: str, fields: tuple[str, ...] | None = None) -> Any:
+    """The typed `section` of the params file, every key from the file (pipeline.config
+    `load_config`); any problem is one error line, no traceback. The one loader of every
+    command: a missing file, section or key is an error, never a silent default."""
+    from rlhf.pipeline.config import ConfigError
+    from rlhf.pipeline.config import load_config as _load
+
+    try:
+        return _load(params, section, fields)
+    except ConfigError as exc:
+        msg = str(exc)
+        fail(msg if msg.startswith(str(params)) else f"{params}: {msg}")
+
+
+def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
+    """The judge the params file's `judge:` section names (pipeline/judges.py), its RM loaded
+    from `judge_model` (a stage's --judge-model) where the kind needs one; a bad section or an
+    RM that cannot load is one error line."""
+    from rlhf.pipeline.judges import load_judge
+
+    cfg = load_config(params, "judge")
+    try:
+        return load_judge(cfg, judge_model)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+
+
+# What each stage's metrics file (artifacts/metrics/<stage>.json, `dvc metrics show`) holds: the
+# few figures a user compares between experiments, as dotted paths into the stage's report.
+# Everything else goes to the report file (artifacts/reports/<stage>.json). A figure a run did
+# not compute (ppo.heldout without heldout_eval, the on-policy figures without onpolicy_k) is
+# left out.
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "world": ("sources.lines", "sources.clean_rows", "sources.defect_rows",
+              "sources.unique_questions", "demonstrations.n", "demonstrations.gold_mean"),
+    "ingest": ("input_rows", "kept", "rejected", "invariant_holds", "external_pairs"),
+    "dedup": ("input_prompts", "kept", "similar", "clusters", "dedup_ratio", "invariant_holds"),
+    "sft": ("train_loss", "eval_loss", "eval_perplexity", "gold_mean", "train_seconds"),
+    "preferences": ("n_prompts", "n_pairs", "n_pairs_heldout", "annotator_gold_agreement",
+                    "mean_gold_policy", "mean_gold_demonstration",
+                    "n_pairs_train", "n_pairs_gold", "invariant_holds"),  # the last 3: human labels
+    "reward": tuple(f"spearman_{rm}_vs_gold_onpolicy{w}" for rm in ("light", "strong")
+                    for w in ("", "_within_prompt"))
+    + ("hack_agreement_light", "hack_agreement_strong", "spearman_strong_vs_gold",
+       "spearman_light_vs_strong", "heldout_accuracy_mean", "speed_ratio", "seconds"),
+    "difficulty": ("n_prompts", "mean_score", "bucket_counts", "corr_score_rm",
+                   "sampler_full_coverage_share"),
+    "ppo": ("ppo.step", "ppo.reward_mean", "ppo.kl_div_mean", "rollouts", "escalated_rollouts",
+            "heldout.sft.gold_mean", "heldout.ppo.gold_mean", "heldout.gold_gain"),
+    "demos": ("n_demonstrations", "tokenizer_vocab"),
+    "judge": ("judge", "n_gold_pairs", "n_gold_prompts", "heldout_pair_accuracy"),
+    "eval": ("eval.n_prompts", "eval.sft.gold_mean", "eval.final.step", "eval.final.gold_mean",
+             "eval.final.win_rate", "eval.final.sqrt_kl", "eval.gold_gain"),
+}
+
+
+def headline(stage: str, report: dict) -> dict:
+    """The `HEADLINES[stage]` figures of `report`, nested as in the report."""
+    out: dict = {}
+    for key in HEADLINES[stage]:
+        *parents, leaf = key.split(".")
+        src, dst = report, out
+        for p in parents:
+            src = src.get(p) if isinstance(src, dict) else None
+            dst = dst.setdefault(p, {})
+        if isinstance(src, dict) and leaf in src:
+            dst[leaf] = src[leaf]
+    return _prune(out)
+
+
+def _prune(d: dict) -> dict:
+    return {k: (_prune(v) if isinstance(v, dict) else v) for k, v in d.items()
+            if not (isinstance(v, dict) and not _prune(v))}
+
+
+def _jsonable(x: Any) -> Any:
+    """NaN / inf as null (JSON has neither), tuples as lists, numpy scalars as Python numbers,
+    dates as ISO strings."""
+    import datetime as dt
+    import math
+
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and callable(x.item) and getattr(x, "shape", None) == ():
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (dt.date, dt.datetime)):
+        return x.isoformat()
+    return x
+
+
+def write_metrics(stage: str, report: dict, metrics: Path | None, report_path: Path | None) -> None:
+    """The one writer of every command's outputs for DVC: the headline figures to `metrics`
+    (`dvc metrics show`), the whole report to `report_path`; each atomically, either optional.
+    An unwritable path is one error line."""
+    from rlhf.store.io import write_text_atomic
+
+    full = _jsonable(report)
+    for path, data in ((metrics, headline(stage, full)), (report_path, full)):
+        if path is None:
+            continue
+        try:
+            write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True,
+                                               allow_nan=False) + "\n")
+        except OSError as exc:
+            fail(f"cannot write {path}: {exc}")
+
+
+# The options every stage command shares (one help text each).
+PARAMS = typer.Option(Path("params.yaml"), "--params", "-p",
+                      help="Params file: the stage reads its section(s) from it, every key.")
+METRICS = typer.Option(None, "--metrics", help="Write the headline figures here as JSON "
+                       "(DVC metrics: artifacts/metrics/<stage>.json).")
+REPORT = typer.Option(None, "--report", help="Write the whole report here as JSON "
+                      "(artifacts/reports/<stage>.json).")

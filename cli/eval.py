@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import fail
+from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config, write_metrics
 
 
 def eval_cmd(
@@ -26,23 +26,14 @@ def eval_cmd(
     judge_model: Path | None = typer.Option(
         None, help="The judge's RM folder (judge.kind heldout_rm: what `rlhf judge` wrote; "
                    "kind rm: overrides judge.model)."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
-    metrics: Path | None = typer.Option(None, help="Write the metrics here (dvc metrics)."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
-    from rlhf.pipeline.config import ConfigError, load_section
-
-    try:
-        cfg = load_section(params, "eval")
-        ppo_cfg = load_section(params, "ppo")
-    except ConfigError as exc:
-        fail(str(exc))
-    from rlhf.pipeline.judges import judge_from_params
-
-    try:
-        judge = judge_from_params(params, judge_model)
-    except (ConfigError, ValueError, OSError) as exc:
-        fail(str(exc))
+    cfg = load_config(params, "eval")
+    ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
+    judge = judge_or_fail(params, judge_model)
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
     from rlhf.pipeline import model_folders as mf
@@ -59,14 +50,11 @@ def eval_cmd(
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
                      temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p, judge=judge)
-        if metrics is not None:
-            from rlhf.store.io import write_text_atomic
-
-            write_text_atomic(metrics, json.dumps({"eval": result}, indent=1) + "\n")
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
     except OSError as exc:
         fail(f"cannot write the outputs: {exc}")
+    write_metrics("eval", {"eval": result}, metrics, report_path)
     s, f = result["sft"], result["final"]
     typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; judge "
                f"{result['judge']}: "

@@ -10,30 +10,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
-from rlhf.cli.common import add_plain_row, data_table, fail, plain
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
+                              load_config, plain, write_metrics)
+from rlhf.pipeline.progress import bar
 
 console = Console()
-DEFAULT_PARAMS = Path("params.yaml")
-
-
-def _config(params: Path, section: str, cls: type):
-    """The typed section; outside a checkout (no ./params.yaml) the dataclass defaults, which
-    mirror the shipped params.yaml. An explicitly named, missing params file is an error."""
-    from rlhf.pipeline.config import ConfigError, build, load_section
-
-    try:
-        if params == DEFAULT_PARAMS and not params.is_file():
-            return build(cls, {}, section)
-        return load_section(params, section, cls)
-    except ConfigError as exc:
-        fail(str(exc))
-
-
-def _progress() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), console=console, transient=True)
 
 
 def ingest(
@@ -44,25 +26,23 @@ def ingest(
                                    "rejected and external_pairs folders."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer folder for the "
                                           "max_tokens rule (default: regex word/punct count)."),
-    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
-    metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Source trust + PII/format filters; rejected rows go to the quarantine with reason codes."""
-    from rlhf.pipeline.ingest import IngestConfig, IngestError, run_ingest, write_metrics
+    from rlhf.pipeline.ingest import IngestError, run_ingest
     from rlhf.store.schemas import REASON_CODES
 
-    cfg = _config(params, "ingest", IngestConfig)
+    cfg = load_config(params, "ingest")
     try:
-        with _progress() as bar:
-            task = bar.add_task("ingesting rows", total=None)
-            result = run_ingest(sources, out_store, cfg, tokenizer,
-                                on_progress=lambda k: bar.advance(task, k))
-        if metrics:
-            write_metrics(result, metrics)
+        with bar("ingesting", unit="rows") as advance:
+            result = run_ingest(sources, out_store, cfg, tokenizer, on_progress=advance)
     except IngestError as exc:
         fail(str(exc))
     except OSError as exc:  # the store or metrics path cannot be written (a file in the way, ...)
         fail(f"I/O error: {exc}")
+    write_metrics("ingest", result.metrics(), metrics, report_path)
     # file names and paths are the user's: shown verbatim (`plain`), never read as rich markup
     table = data_table(f"ingest -> {out_store}",
                        ["reason code", ("rows", {"justify": "right"}), "meaning"])
@@ -91,26 +71,24 @@ def dedup(
                                "similar."),
     cache: Path | None = typer.Option(None, "--cache", help="Embedding cache folder (reused "
                                       "across runs; only new prompts are embedded)."),
-    params: Path = typer.Option(DEFAULT_PARAMS, "--params", "-p", help="Params file."),
-    metrics: Path | None = typer.Option(None, "--metrics", help="Write metrics JSON here."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """MiniLM embeddings + agglomerative dedup at cosine 0.35, similar library, topic clusters."""
-    from rlhf.pipeline.dedup import DedupConfig, DedupError, run_dedup, write_metrics
+    from rlhf.pipeline.dedup import DedupError, run_dedup
 
-    cfg = _config(params, "dedup", DedupConfig)
+    cfg = load_config(params, "dedup")
     try:
-        with _progress() as bar:
-            emb = bar.add_task("embedding new prompts", total=None)
-            clu = bar.add_task("clustering", total=None)
-            result = run_dedup(store, cfg, cache, on_embed=lambda k: bar.advance(emb, k),
-                               on_cluster=lambda k: bar.advance(clu, k))
-        if metrics:
-            write_metrics(result, cfg, metrics)
+        with bar("embedding new prompts", unit="prompts") as embed, \
+                bar("clustering", unit="prompts") as cluster:
+            result = run_dedup(store, cfg, cache, on_embed=embed, on_cluster=cluster)
     except DedupError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"I/O error: {exc}")
     m = result.metrics(cfg)
+    write_metrics("dedup", m, metrics, report_path)
     console.print(plain(
         f"prompts {m['input_prompts']:,} ({m['unique_texts']:,} distinct) -> pool {m['kept']:,} + "
         f"similar {m['similar']:,}; {m['multi_member_clusters']:,} clusters with near-duplicates "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import fail
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                             write_metrics)
 
 
 def ppo(
@@ -40,22 +41,17 @@ def ppo(
     judge_model: Path | None = typer.Option(
         None, help="The held-out figure's judge RM folder (judge.kind heldout_rm: what `rlhf "
                    "judge` wrote; kind rm: overrides judge.model)."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file."),
+    params: Path = PARAMS,
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
-    metrics: Path | None = typer.Option(None, help="Write the final metrics here (dvc metrics)."),
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
     deepspeed_config: Path = typer.Option(
         Path("configs/deepspeed_zero3.json"),
         help="DeepSpeed JSON for ppo.sharding: zero3 (\"auto\" fields filled from params)."),
 ) -> None:
     """Train the policy with PPO; `--resume` continues a killed run exactly."""
-    from rlhf.pipeline.config import ConfigError, load_section
-
-    try:
-        cfg = load_section(params, "ppo")
-        judge_cfg = load_section(params, "judge")
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = load_config(params, "ppo")
     for name, path in (("prompts", prompts), ("difficulty", difficulty),
                        ("heldout-store", heldout_store)):
         if path is not None and not path.exists():
@@ -78,12 +74,7 @@ def ppo(
         fail(str(exc))
     judge = None
     if heldout_store is not None and cfg.heldout_eval:  # before training: a bad judge fails fast
-        from rlhf.pipeline.judges import load_judge
-
-        try:
-            judge = load_judge(judge_cfg, judge_model)
-        except (ValueError, OSError) as exc:
-            fail(str(exc))
+        judge = judge_or_fail(params, judge_model)
     from rlhf.pipeline.ppo.trainer import run
 
     try:
@@ -97,9 +88,9 @@ def ppo(
             return
         from rlhf.pipeline.ppo.evaluate import compare, escalated_rollouts, rollouts_used
 
-        keys = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
-                "clip_ratio", "critic_loss", "entropy_mean")
-        report = {"ppo": {k: last.get(k) for k in keys},
+        from rlhf.pipeline.ppo.records import CSV_COLUMNS
+
+        report = {"ppo": {k: last.get(k) for k in CSV_COLUMNS},
                   "rollouts": rollouts_used(rollouts, run_id or out.name),
                   "escalated_rollouts": escalated_rollouts(rollouts, run_id or out.name)}
         if judge is not None:
@@ -109,7 +100,5 @@ def ppo(
                                         cfg.eval_seed, judge)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    if metrics is not None:
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        metrics.write_text(json.dumps(report, indent=1) + "\n")
+    write_metrics("ppo", report, metrics, report_path)
     typer.echo(json.dumps(report))

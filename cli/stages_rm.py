@@ -21,36 +21,17 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rlhf.cli.common import add_plain_row, data_table, fail, plain
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
+                              judge_or_fail, load_config, plain, write_metrics)
 
 console = Console()
-
-PARAMS = typer.Option(Path("params.yaml"), "--params", "-p", help="Params file.")
-METRICS = typer.Option(None, "--metrics", help="Write the metrics JSON here (DVC metrics).")
-
-
-def _config(params: Path, section: str):
-    from rlhf.pipeline.config import ConfigError, config_class, load_section
-
-    try:
-        if not params.is_file():
-            from rlhf.pipeline.config import build
-
-            return build(config_class(section), {}, section)
-        return load_section(params, section)
-    except ConfigError as exc:
-        fail(str(exc))
+# what a stage that samples as PPO does reads of the ppo section (generation.Sampling's fields)
+SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
 
 
 def _judge(params: Path, judge_model: Path | None):
     """The judge params.yaml's `judge:` names (pipeline/judges.py); a bad one is one error line."""
-    from rlhf.pipeline.config import ConfigError
-    from rlhf.pipeline.judges import judge_from_params
-
-    try:
-        return judge_from_params(params, judge_model) if params.is_file() else None
-    except (ConfigError, ValueError, OSError) as exc:
-        fail(str(exc))
+    return judge_or_fail(params, judge_model)
 
 
 def _need_dir(path: Path | None, what: str) -> None:
@@ -102,11 +83,12 @@ def sft(
         None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Supervised fine-tuning of the starting policy (TRL SFTTrainer)."""
     from rlhf.pipeline.sft import run
 
-    cfg = _config(params, "sft")
+    cfg = load_config(params, "sft")
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -118,9 +100,10 @@ def sft(
         _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, demos, out, metrics, tokenizer, model_config, _judge(params, judge_model))
+        m = run(cfg, demos, out, tokenizer, model_config, _judge(params, judge_model))
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
+    write_metrics("sft", m, metrics, report_path)
     _table(f"sft -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("parameters", f"{m['n_params']:,}"), ("train demonstrations", m["n_train"]),
         ("held-out demonstrations", m["n_heldout"]), ("train loss", m["train_loss"]),
@@ -150,14 +133,16 @@ def preferences(
                                               "skipped when absent."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Sample k responses per reward-split prompt; the annotator pool ranks them (or, with
     preferences.labels: human, read the human labels and the annotation queue)."""
     from rlhf.pipeline.preferences import run
 
-    cfg = _config(params, "preferences")
+    cfg = load_config(params, "preferences")
     if cfg.labels == "human":
-        return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics)
+        return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
+                                  report_path)
     if policy is None:
         fail("--policy is needed (preferences.labels: annotators)")
     _need_model("policy", policy, "--policy")
@@ -171,9 +156,10 @@ def preferences(
         realdata = None
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, out, pool, demos, realdata, metrics)
+        m = run(cfg, policy, out, pool, demos, realdata)
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
+    write_metrics("preferences", m, metrics, report_path)
     _table(f"preferences -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
         ("policy responses + demonstrations per prompt", f"{m['k']} + {m['demo_candidates']}"),
@@ -189,7 +175,8 @@ def preferences(
 
 
 def _human_preferences(cfg, labels_from: Path | None, queue: list[Path], out: Path,
-                       rejected_out: Path | None, metrics: Path | None) -> None:
+                       rejected_out: Path | None, metrics: Path | None,
+                       report_path: Path | None) -> None:
     from rlhf.pipeline.preferences import run_human
 
     if labels_from is None or rejected_out is None:
@@ -203,9 +190,10 @@ def _human_preferences(cfg, labels_from: Path | None, queue: list[Path], out: Pa
             console.print(plain(f"annotation queue {q} absent: skipped", "yellow"))
     t0 = time.perf_counter()
     try:
-        m = run_human(cfg, labels_from, out, rejected_out, present, metrics)
+        m = run_human(cfg, labels_from, out, rejected_out, present)
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
+    write_metrics("preferences", m, metrics, report_path)
     _table(f"preferences (human labels) -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("labelled prompts", m["n_prompts"]), ("rankings", m["n_rankings"]),
         ("pairs train / heldout / gold",
@@ -237,11 +225,16 @@ def reward(
                                     "heldout_rm: what `rlhf judge` wrote)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Train the strong RM ensemble, distil the light RM, report their quality."""
     from rlhf.pipeline.reward.stage import run
 
-    cfg = _config(params, "reward")
+    from rlhf.pipeline.generation import Sampling
+
+    cfg = load_config(params, "reward")
+    # how PPO will sample: the distribution the on-policy figures are measured on
+    ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
@@ -249,14 +242,12 @@ def reward(
     pool = _pool_or_demos(pool, demos)
     t0 = time.perf_counter()
     try:
-        from rlhf.pipeline.ppo.generate import sampling_of
-
-        m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, metrics, pool, demos,
+        m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
                 judge=_judge(params, judge_model),
-                log=lambda msg: console.print(plain(msg, "dim")),
-                ppo_sampling=sampling_of(_config(params, "ppo")))
+                log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
+    write_metrics("reward", m, metrics, report_path)
     print_reward_report(m, time.perf_counter() - t0)
 
 
@@ -324,11 +315,12 @@ def difficulty(
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Difficulty 0-10 and bucket per pool prompt; checks the stratified sampler's coverage."""
     from rlhf.pipeline.difficulty import run
 
-    cfg = _config(params, "difficulty")
+    cfg = load_config(params, "difficulty")
     _need_model("policy", policy, "--policy")
     _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
@@ -336,9 +328,10 @@ def difficulty(
         fail("give --pool or --demos")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, reward_model, out, pool, demos, metrics)
+        m = run(cfg, policy, reward_model, out, pool, demos)
     except (OSError, ValueError) as exc:
         fail(f"difficulty failed: {exc}")
+    write_metrics("difficulty", m, metrics, report_path)
     _table(f"difficulty -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("prompts (" + m["prompt_source"] + ")", m["n_prompts"]),
         *[(f"bucket {b}", n) for b, n in m["bucket_counts"].items()],
@@ -357,16 +350,18 @@ def demos(
                              "model_config/."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Demonstrations from human labels (+ a tiny tokenizer and model config) for SFT."""
     from rlhf.pipeline.demos import run
 
-    cfg = _config(params, "demos")
+    cfg = load_config(params, "demos")
     _need_dir(store, "--store")
     try:
-        m = run(cfg, store, out, metrics)
+        m = run(cfg, store, out)
     except (OSError, ValueError) as exc:
         fail(f"demos failed: {exc}")
+    write_metrics("demos", m, metrics, report_path)
     _table(f"demos -> {out}", [("demonstrations", m["n_demonstrations"]),
                                *[(f"  from {k}", v) for k, v in m["by_source"].items()],
                                ("tokenizer vocabulary", m["tokenizer_vocab"])])
@@ -377,17 +372,19 @@ def judge(
     out: Path = typer.Option(..., "--out", "-o", help="The held-out gold RM folder."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Train the held-out gold RM (judge.kind heldout_rm) on the `gold` split of the labels."""
     from rlhf.pipeline.judges import train_heldout_judge
 
-    cfg = _config(params, "judge")
+    cfg = load_config(params, "judge")
     _need_dir(preferences_dir, "--preferences")
     t0 = time.perf_counter()
     try:
-        m = train_heldout_judge(cfg, preferences_dir, out, metrics)
+        m = train_heldout_judge(cfg, preferences_dir, out)
     except (OSError, ValueError) as exc:
         fail(f"judge failed: {exc}")
+    write_metrics("judge", m, metrics, report_path)
     _table(f"judge -> {out}  [{time.perf_counter() - t0:.0f}s]", [
         ("backbone", m["backbone"]), ("gold pairs (prompts)",
                                       f"{m['n_gold_pairs']} ({m['n_gold_prompts']})"),

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rlhf.cli.common import add_plain_row, data_table, fail
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
+                              load_config, write_metrics)
 
 world_app = typer.Typer(help="The embedded default world: a synthetic RLHF task with a gold judge.",
                         no_args_is_help=True)
@@ -23,24 +23,22 @@ def generate(
     seed: int | None = typer.Option(None, "--seed", help="Seed; overrides world.seed."),
     n_prompts: int | None = typer.Option(None, "--n-prompts",
                                          help="Source lines; overrides world.n_prompts."),
-    params: Path = typer.Option(Path("params.yaml"), "--params", "-p",
-                                help="Params file (its world: section; defaults if absent)."),
-    metrics: Path | None = typer.Option(None, "--metrics",
-                                        help="Also write the report here (DVC metrics)."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
 ) -> None:
     """Generate the world deterministically from a seed; same seed, byte-identical files."""
     import dataclasses
 
-    from rlhf.pipeline.config import ConfigError, build, read_params
-    from rlhf.pipeline.world import WorldConfig, run
+    from rlhf.pipeline.world import run
 
-    try:
-        section = read_params(params).get("world", {}) or {} if params.is_file() else {}
-        cfg = build(WorldConfig, section, "world")
-        overrides = {k: v for k, v in (("seed", seed), ("n_prompts", n_prompts)) if v is not None}
-        cfg = build(WorldConfig, {**section, **overrides}, "world") if overrides else cfg
-    except ConfigError as exc:
-        fail(str(exc))
+    cfg = load_config(params, "world")
+    overrides = {k: v for k, v in (("seed", seed), ("n_prompts", n_prompts)) if v is not None}
+    if overrides:
+        try:
+            cfg = dataclasses.replace(cfg, **overrides)
+        except ValueError as exc:
+            fail(f"world: {exc}")
     if out.exists() and not out.is_dir():
         fail(f"--out {out} exists and is not a folder")
     t0 = time.perf_counter()
@@ -49,13 +47,7 @@ def generate(
     except (OSError, ValueError) as exc:
         fail(f"world generation failed: {exc}")
     elapsed = time.perf_counter() - t0
-    if metrics is not None:
-        from rlhf.store.io import write_text_atomic
-
-        try:
-            write_text_atomic(metrics, json.dumps(report, indent=2, sort_keys=True) + "\n")
-        except OSError as exc:
-            fail(f"cannot write --metrics {metrics}: {exc}")
+    write_metrics("world", report, metrics, report_path)
     _print(report, out, elapsed, dataclasses.asdict(cfg))
 
 

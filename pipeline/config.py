@@ -1,8 +1,11 @@
 """Typed configs: each stage's dataclass mirrors one section of `params.yaml`.
 
-`load_section(params_path, "world", WorldConfig)` builds the dataclass and rejects unknown keys
-and mistyped values with an error naming the key and the section. Hyperparameters live only in
-`params.yaml`; each field is documented once, in its stage's dataclass.
+`load_config(params_path, "world")` is what every stage command reads: the typed dataclass,
+every key given by the file (a missing section or key is an error, never a dataclass default);
+unknown keys and mistyped values fail with an error naming the key and the section.
+`load_section` builds the same dataclass with the defaults for absent keys (library use: tests,
+benchmarks). Hyperparameters live only in `params.yaml`; each field is documented once, in its
+stage's dataclass.
 
     rlhf params check            # validates every section of params.yaml
 """
@@ -85,8 +88,10 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return True
 
 
-def build(cls: type[T], data: Any, where: str) -> T:
-    """Build dataclass `cls` from a mapping, checking keys and types; `where` names the section."""
+def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
+    """Build dataclass `cls` from a mapping, checking keys and types; `where` names the section.
+    `complete`: every field must be given (nested sections too); else absent keys take the
+    dataclass defaults (library use: tests, benchmarks)."""
     if not isinstance(data, dict):
         raise ConfigError(f"[{where}] must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -101,7 +106,7 @@ def build(cls: type[T], data: Any, where: str) -> T:
     for name, value in data.items():
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = build(tp, value, f"{where}.{name}")
+            kwargs[name] = build(tp, value, f"{where}.{name}", complete)
             continue
         if not _type_ok(value, tp):
             raise ConfigError(
@@ -115,11 +120,13 @@ def build(cls: type[T], data: Any, where: str) -> T:
         kwargs[name] = value
     missing = [
         n for n, f in fields.items()
-        if n not in kwargs and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
+        if n not in kwargs and (complete or (f.default is dataclasses.MISSING
+                                             and f.default_factory is dataclasses.MISSING))
     ]
     if missing:
-        raise ConfigError(f"[{where}] missing required key(s): {', '.join(missing)}")
+        hint = " (a stage reads every key from the params file, never a built-in default: " \
+               "copy them from the shipped params.yaml)" if complete else ""
+        raise ConfigError(f"[{where}] missing required key(s): {', '.join(missing)}{hint}")
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:  # __post_init__ checks
@@ -145,6 +152,49 @@ def load_section(path: str | Path, section: str, cls: type[T] | None = None) -> 
 
 
 def load_all(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Validate every section of the params file; unknown sections are errors too."""
+    """Validate every section of the params file as the stages read it (`load_config`): unknown
+    sections and keys are errors, and so are missing keys."""
     params = read_params(path)
-    return {name: build(config_class(name), value or {}, name) for name, value in params.items()}
+    return {name: build(config_class(name), value or {}, name, complete=True)
+            for name, value in params.items()}
+
+
+def load_config(path: str | Path, section: str, fields: tuple[str, ...] | None = None) -> Any:
+    """What a stage reads from the params file: the typed config of `section`, every key given
+    (a missing section or key is an error, never a silent default that may differ from
+    params.yaml). With `fields`, only those keys of the section are read and required, and the
+    result holds only them (a stage that samples as PPO does reads ppo.temperature, not `ppo`);
+    their types are checked against the section's dataclass."""
+    cls = config_class(section)
+    params = read_params(path)
+    if section not in params:
+        raise ConfigError(f"{path}: no {section!r} section (sections: "
+                          f"{', '.join(params) or 'none'})")
+    data = params[section] or {}
+    if fields is None:
+        return build(cls, data, section, complete=True)
+    if not isinstance(data, dict):
+        raise ConfigError(f"[{section}] must be a mapping, got {type(data).__name__}")
+    missing = [f for f in fields if f not in data]
+    if missing:
+        raise ConfigError(f"{path}: [{section}] missing required key(s): {', '.join(missing)}")
+    cfg = build(cls, {f: data[f] for f in fields}, section)  # types and __post_init__ checks
+    return types.SimpleNamespace(**{f: getattr(cfg, f) for f in fields})
+
+
+def complete_section(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` over every key of `section` at its dataclass default (nested sections merged), as
+    plain YAML-ready data: what a params file must hold for `load_config` (tests write it). The
+    values are not checked here: a bad one is the reading command's error."""
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x
+
+    def merge(base: dict, over: dict) -> dict:
+        return {**base, **{k: merge(base[k], v) if isinstance(base.get(k), dict)
+                           and isinstance(v, dict) else v for k, v in over.items()}}
+
+    return merge(plain(dataclasses.asdict(config_class(section)())), plain(values))

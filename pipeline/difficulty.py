@@ -16,7 +16,6 @@ The composite and the buckets are pure (numpy only); the stage's `run` imports t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,12 +140,11 @@ def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
 
 def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         out_dir: str | Path, pool_dir: str | Path | None = None,
-        demos_path: str | Path | None = None, metrics_path: str | Path | None = None,
-        progress=None) -> dict[str, Any]:
+        demos_path: str | Path | None = None, progress=None) -> dict[str, Any]:
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
     from rlhf.pipeline.policy import load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
-    from rlhf.store.io import staged_folders, write_shard, write_text_atomic
+    from rlhf.store.io import staged_folders, write_shard
 
     quiet_hf()
     rows, source = _pool_rows(pool_dir, demos_path)
@@ -202,6 +200,4 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         "sampler_full_coverage_share": full / n_batches,
     }
     metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in metrics.items()}
-    if metrics_path:
-        write_text_atomic(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics

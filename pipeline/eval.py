@@ -29,6 +29,7 @@ import csv
 import json
 import math
 import random
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,11 +197,12 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
     policies = [(0, None)] + checkpoint_steps(ppo_dir, cfg.checkpoints)
     ids, texts = [p[0] for p in prompts], [p[1] for p in prompts]
     curves, samples, sft_gold = [], [], None
-    bar = _bar(progress, len(policies) * len(texts))
-    try:
+    from rlhf.pipeline.progress import bar
+
+    with bar(f"eval: sampling {len(policies)} policies", len(policies) * len(texts),
+             "prompts") if progress else nullcontext(lambda k: None) as advance:
         for step, folder in policies:
             model = ref if folder is None else load_checkpoint_policy(sft_path, folder)
-            advance = (lambda k: bar[0].advance(bar[1], k)) if bar else None
             outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
             responses = [o["response"] for o in outs]
             gold = score_all(judge, texts, responses)
@@ -223,20 +225,7 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
             if folder is not None:
                 del model
             torch.manual_seed(cfg.seed)
-    finally:
-        if bar:
-            bar[0].stop()
     return curves, samples
-
-
-def _bar(enabled: bool, total: int):
-    if not enabled:
-        return None
-    from rich.progress import Progress
-
-    prog = Progress(transient=True)
-    prog.start()
-    return prog, prog.add_task("eval: sampling policies", total=total)
 
 
 # --------------------------------------------------------------------------- outputs

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.store.hashing import content_hash
-from rlhf.store.io import ShardWriter, staged_tables, write_text_atomic
+from rlhf.store.io import ShardWriter, staged_tables
 from rlhf.store.schemas import REASON_CODES, SOURCE_TYPES
 
 TABLES_WRITTEN = ("prompts", "rejected", "external_pairs")
@@ -844,7 +844,3 @@ def _flush(batch: list[Record], filt: ContentFilter, writers: dict[str, ShardWri
             writers["external_pairs"].write({
                 "prompt_id": prompt_id, "source_file": rec.source_file,
                 "source_line": rec.source_line, **pair})
-
-
-def write_metrics(result: IngestResult, path: str | Path) -> None:
-    write_text_atomic(path, json.dumps(result.metrics(), indent=2, sort_keys=False) + "\n")

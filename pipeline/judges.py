@@ -153,7 +153,6 @@ def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str 
     import json
 
     import torch
-
     from rlhf.pipeline.policy import load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.scorer import Scorer

@@ -68,12 +68,17 @@ def quiet_hf() -> None:
     transformers.utils.logging.set_verbosity_error()
 
 
-def quiet_trainer(trainer) -> None:
-    """Drop the callback that prints every log dict when tqdm is disabled."""
+def quiet_trainer(trainer, description: str = "") -> None:
+    """Drop the callback that prints every log dict when tqdm is disabled, and tqdm's bar; with
+    `description`, show the optimiser steps as our own bar (pipeline/progress.py) instead."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
+    if description:
+        from rlhf.pipeline.progress import trainer_callback
+
+        trainer.add_callback(trainer_callback(description))
 
 
 def load_tokenizer(path: str | Path):
@@ -111,6 +116,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     import torch
 
     from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, generate
+    from rlhf.pipeline.progress import advance_or_bar
 
     out: list[list[Sample]] = [[] for _ in prompts]
     if not prompts:
@@ -121,28 +127,30 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     settings = Sampling(temperature, top_p, max_new_tokens)
     per_batch = max(1, batch_size // max(1, n))
     try:
-        for b, start in enumerate(range(0, len(prompts), per_batch)):
-            chunk = list(prompts[start:start + per_batch])
-            enc = encode_prompts(tokenizer, chunk)
-            torch.manual_seed(seed * 1_000_003 + b)
-            with torch.no_grad():
-                gen = generate(model, tokenizer, enc, settings, num_return_sequences=n,
-                               output_logits=True)
-            new = gen.sequences[:, enc["input_ids"].shape[1]:]  # [rows, T_new]
-            logits = torch.stack(gen.logits, dim=1).float()  # [rows, T_new, V] (untempered)
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-            reps = 1 if settings.greedy else n
-            for row in range(new.shape[0]):
-                ids = cut_at_eos(new[row].tolist(), eos, pad)
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                s = Sample(prompt_index=start + row // reps, response=response_of(text),
-                           n_tokens=len(ids), logprobs=tuple(float(x) for x in logp[row, :len(ids)]))
-                out[s.prompt_index].append(s)
-            if settings.greedy and n > 1:  # greedy decoding is deterministic: the n copies are equal
-                for i in range(start, start + len(chunk)):
-                    out[i] = out[i] * n
-            if progress is not None:
-                progress(len(chunk))
+        with advance_or_bar(progress, f"sampling {n} per prompt", len(prompts),
+                            "prompts") as advance:
+            for b, start in enumerate(range(0, len(prompts), per_batch)):
+                chunk = list(prompts[start:start + per_batch])
+                enc = encode_prompts(tokenizer, chunk)
+                torch.manual_seed(seed * 1_000_003 + b)
+                with torch.no_grad():
+                    gen = generate(model, tokenizer, enc, settings, num_return_sequences=n,
+                                   output_logits=True)
+                new = gen.sequences[:, enc["input_ids"].shape[1]:]  # [rows, T_new]
+                logits = torch.stack(gen.logits, dim=1).float()  # [rows, T_new, V] (untempered)
+                logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+                reps = 1 if settings.greedy else n
+                for row in range(new.shape[0]):
+                    ids = cut_at_eos(new[row].tolist(), eos, pad)
+                    text = tokenizer.decode(ids, skip_special_tokens=True)
+                    s = Sample(prompt_index=start + row // reps, response=response_of(text),
+                               n_tokens=len(ids),
+                               logprobs=tuple(float(x) for x in logp[row, :len(ids)]))
+                    out[s.prompt_index].append(s)
+                if settings.greedy and n > 1:  # greedy decoding is deterministic: n equal copies
+                    for i in range(start, start + len(chunk)):
+                        out[i] = out[i] * n
+                advance(len(chunk))
     finally:
         tokenizer.padding_side = pad_side
     return out

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.text import clean, split_dialogue
-from rlhf.store.hashing import content_hash
+from rlhf.store.hashing import content_hash, hash_fraction, hashed_split
 
 HH_FILE = "hh-rlhf__harmless-base_test.jsonl.gz"
 OASST_FILE = "Open-Assistant__en_100_tree.jsonl"
@@ -90,13 +90,14 @@ class PreferencesConfig:
                              "(gold_fraction + heldout_fraction < 1)")
 
 
-def _fraction(key: str) -> float:
-    return int(content_hash(key)[:8], 16) / 16**8
+def heldout_or_train(key: str, fraction: float) -> str:
+    """'heldout' for a stable `fraction` of keys, else 'train'."""
+    return hashed_split(key, (("heldout", fraction), ("train", 1.0 - fraction)))
 
 
 def split_of(prompt_id: str, fraction: float) -> str:
     """'heldout' for a stable `fraction` of prompt ids, else 'train'."""
-    return "heldout" if _fraction("pref:" + prompt_id) < fraction else "train"
+    return heldout_or_train("pref:" + prompt_id, fraction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,12 +122,7 @@ FALLBACK_SPLITS: tuple[tuple[str, float], ...] = (("reward", 0.5), ("ppo", 0.3),
 
 
 def fallback_split(prompt_id: str) -> str:
-    x, acc = _fraction("split:" + prompt_id), 0.0
-    for name, share in FALLBACK_SPLITS:
-        acc += share
-        if x < acc:
-            return name
-    return FALLBACK_SPLITS[-1][0]
+    return hashed_split("split:" + prompt_id, FALLBACK_SPLITS)
 
 
 def prompts_from_demonstrations(demos_path: str | Path, split: str | None = None
@@ -211,7 +207,7 @@ def external_rows(realdata: str | Path, cfg: PreferencesConfig) -> tuple[list[di
             if cap and n >= cap:
                 break
             pid = content_hash(prompt)
-            split = "heldout" if _fraction(key) < cfg.hh_heldout_fraction else "train"
+            split = heldout_or_train(key, cfg.hh_heldout_fraction)
             for rank, resp in enumerate(ranked):
                 rows.append({
                     "ranking_id": content_hash(key)[:16], "prompt_id": pid, "prompt": prompt,
@@ -333,11 +329,10 @@ def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[st
 
 def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
-        realdata: str | Path | None = None, metrics_path: str | Path | None = None,
-        world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
+        realdata: str | Path | None = None, world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
     """The `preferences` stage: sample, annotate, read external rankings, write the table."""
     from rlhf.pipeline.policy import load_policy, quiet_hf, sample
-    from rlhf.store.io import staged_folders, write_shard, write_text_atomic
+    from rlhf.store.io import staged_folders, write_shard
 
     quiet_hf()
     if pool_dir is not None and Path(pool_dir).is_dir():
@@ -348,7 +343,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
     else:
         raise ValueError("give --pool (a pool table folder) or --demos")
     if cfg.max_prompts:
-        prompts = sorted(prompts, key=lambda x: _fraction("cap:" + x[0]))[: cfg.max_prompts]
+        prompts = sorted(prompts, key=lambda x: hash_fraction("cap:" + x[0]))[: cfg.max_prompts]
         prompts.sort()
     if not prompts:
         raise ValueError("no prompts to sample responses for")
@@ -393,8 +388,6 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         "external": ext_counts,
         "n_external_pairs": len(expand_pairs(ext_rows)),
     }
-    if metrics_path:
-        write_text_atomic(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 
 
@@ -420,7 +413,7 @@ QUEUE_PROVENANCE = ("annotator_id", "labeled_at")  # who labelled, when (seed 00
 def label_split(prompt_id: str, cfg: PreferencesConfig, pool_split: dict[str, str]) -> str:
     """gold (only the held-out gold RM trains on it) / heldout / train, by prompt hash; labels of
     an eval-split prompt are never trained on (they calibrate and test the RMs)."""
-    x = _fraction("gold:" + prompt_id)
+    x = hash_fraction("gold:" + prompt_id)
     if x < cfg.gold_fraction:
         return "gold"
     if pool_split.get(prompt_id) == "eval" or x < cfg.gold_fraction + cfg.heldout_fraction:

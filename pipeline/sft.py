@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.text import RESPONSE_SEPARATOR, clean, format_prompt
-from rlhf.store.hashing import content_hash
+from rlhf.store.hashing import hashed_split
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,6 @@ class SftConfig:
             raise ValueError("epochs, learning_rate and batch_size must be positive")
 
 
-def hash_fraction(key: str) -> float:
-    """A stable number in [0, 1) from a text (the first 8 hex digits of its content hash)."""
-    return int(content_hash(key)[:8], 16) / 16**8
-
-
 def read_demonstrations(path: str | Path) -> list[dict[str, Any]]:
     """The demonstrations as {"prompt", "response", ...} dicts; bad lines raise a clear error."""
     path = Path(path)
@@ -86,7 +81,9 @@ def split_demonstrations(rows, heldout_fraction: float):
     """(train, heldout) by prompt hash, so a prompt's demonstrations stay on one side."""
     train, held = [], []
     for r in rows:
-        (held if hash_fraction("sft:" + clean(r["prompt"])) < heldout_fraction else train).append(r)
+        side = hashed_split("sft:" + clean(r["prompt"]), (("heldout", heldout_fraction),
+                                                          ("train", 1.0 - heldout_fraction)))
+        (held if side == "heldout" else train).append(r)
     return train, held
 
 
@@ -161,7 +158,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
                              eval_dataset=_to_dataset(held_rows) if held_rows else None,
                              processing_class=tok, peft_config=peft_config)
-        quiet_trainer(trainer)
+        quiet_trainer(trainer, "SFT training")
         t0 = time.perf_counter()
         result = trainer.train()
         train_seconds = time.perf_counter() - t0
@@ -206,10 +203,9 @@ def default_judge() -> Callable[[str, str], float]:
 
 
 def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
-        metrics_path: str | Path | None = None, tokenizer_path: str | Path | None = None,
-        model_config_path: str | Path | None = None,
+        tokenizer_path: str | Path | None = None, model_config_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None) -> dict[str, Any]:
-    """The `sft` stage: train, save, judge held-out prompts, write the metrics file."""
+    """The `sft` stage: train, save, judge held-out prompts; returns the report."""
     from rlhf.pipeline.policy import load_policy
 
     demos = read_demonstrations(demos_path)
@@ -223,7 +219,4 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
     # the demonstrations themselves, judged the same way: the ceiling SFT can imitate
     metrics["gold_mean_demonstrations"] = (
         sum(judge(r["prompt"], r["response"]) for r in held) / len(held) if held else float("nan"))
-    if metrics_path:
-        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(metrics_path).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics

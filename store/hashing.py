@@ -6,6 +6,9 @@
   in the big tables (`rollouts`, and the `pool` / `difficulty` tables they are joined with), so
   the audits group and join 8-byte integers instead of 64-character strings (bench/bench_query.py).
 - `tree_hash(folder)`: a stable id of a model folder's contents (the RM version in `rm_scores`).
+- `hash_fraction(key)` / `hashed_split(key, shares)`: a stable number in [0, 1) from a text and
+  the split it falls in; every split of the pipeline (pool reward / ppo / eval, held-out pairs,
+  held-out demonstrations) is one of these, so the same key always lands on the same side.
 
     python -c "from rlhf.store.hashing import content_hash, prompt_key; print(prompt_key(content_hash('hello')))"
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +33,24 @@ def content_hash(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"content_hash expects str, got {type(text).__name__}")
     return hashlib.sha256(unicodedata.normalize("NFC", text).encode("utf-8")).hexdigest()
+
+
+def hash_fraction(key: str) -> float:
+    """A stable number in [0, 1): the first 8 bytes of `content_hash(key)` over 2**64."""
+    digest = hashlib.sha256(unicodedata.normalize("NFC", key).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def hashed_split(key: str, shares: Iterable[tuple[str, float]]) -> str:
+    """The name whose cumulative share first exceeds `hash_fraction(key)`; shares summing below 1
+    leave the rest to the last name with a positive share."""
+    shares = list(shares)
+    u, acc = hash_fraction(key), 0.0
+    for name, share in shares:
+        acc += share
+        if u < acc:
+            return name
+    return next(name for name, share in reversed(shares) if share > 0)
 
 
 # `prompt_key` in DuckDB SQL (the first 16 hex digits of sha256 as UBIGINT, then two's complement)

@@ -119,7 +119,6 @@ PARAMS = {
 
 
 def write_params(path: Path, **overrides) -> Path:
-    import yaml
+    from params_file import write_params as write
 
-    path.write_text(yaml.safe_dump({"ppo": {**PARAMS, **overrides}}))
-    return path
+    return write(path, ppo={**PARAMS, **overrides})

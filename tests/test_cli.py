@@ -60,3 +60,25 @@ def test_namespace_only_rlhf_installed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_write_metrics_splits_the_headline_from_the_report(tmp_path):
+    import datetime as dt
+    import json
+
+    from rlhf.cli.common import HEADLINES, headline, write_metrics
+
+    report = {"eval": {"n_prompts": 3, "gold_gain": float("nan"), "sampling": {"seed": 0},
+                       "sft": {"gold_mean": 1.0, "step": 0}, "final": {"step": 4, "win_rate": 0.5,
+                                                                     "at": dt.date(2026, 1, 5)}}}
+    m, r = tmp_path / "metrics" / "eval.json", tmp_path / "reports" / "eval.json"
+    write_metrics("eval", report, m, r)
+    # the headline: only HEADLINES["eval"], nested as in the report; a figure not computed is left
+    # out, NaN is null (JSON has no NaN)
+    assert json.loads(m.read_text()) == {"eval": {"n_prompts": 3, "gold_gain": None,
+                                                  "sft": {"gold_mean": 1.0},
+                                                  "final": {"step": 4, "win_rate": 0.5}}}
+    full = json.loads(r.read_text())
+    assert full["eval"]["sampling"] == {"seed": 0} and full["eval"]["final"]["at"] == "2026-01-05"
+    assert headline("reward", {"seconds": 3.0, "n_train_pairs": 9}) == {"seconds": 3.0}
+    assert "spearman_light_vs_gold_onpolicy_within_prompt" in HEADLINES["reward"]

@@ -217,13 +217,14 @@ def test_world_duplicates_collapse_and_nothing_is_lost(tmp_path):
 
 def test_cli_dedup_and_clean_errors(tmp_path):
     store = _store_with(tmp_path, PROMPTS[:5])
-    metrics = tmp_path / "m" / "dedup.json"
+    metrics, report = tmp_path / "m" / "dedup.json", tmp_path / "r" / "dedup.json"
     out = CliRunner().invoke(app, ["dedup", "--store", str(store), "--cache", str(tmp_path / "c"),
-                                   "--metrics", str(metrics)])
+                                   "--metrics", str(metrics), "--report", str(report)])
     assert out.exit_code == 0, out.output
-    m = json.loads(metrics.read_text())
+    m = json.loads(metrics.read_text())  # the headline figures
     assert m["input_prompts"] == m["kept"] + m["similar"] == 5 and m["invariant_holds"]
-    assert m["path"] == "exact" and m["clusters"] == m["kept"]
+    assert "path" not in m and json.loads(report.read_text())["path"] == "exact"
+    assert m["clusters"] == m["kept"]
     bad = CliRunner().invoke(app, ["dedup", "--store", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "no prompts table" in bad.output
     assert "Traceback" not in bad.output

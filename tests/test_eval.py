@@ -100,14 +100,11 @@ def _world(tmp_path):
 
 
 def _params(tmp_path, **eval_kw):
-    import yaml
-
-
     ev = {"seed": 0, "max_new_tokens": 6, "max_prompt_tokens": 16, "n_prompts": 10,
           "batch_size": 4, **eval_kw}
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump({"ppo": dict(ppo_tiny.PARAMS), "eval": ev}))
-    return path
+    from params_file import write_params
+
+    return write_params(tmp_path / "params.yaml", ppo=dict(ppo_tiny.PARAMS), eval=ev, judge={})
 
 
 def _invoke(args):
@@ -122,7 +119,8 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
     out, metrics = tmp_path / "eval", tmp_path / "metrics" / "eval.json"
     args = ["--sft", paths["policy"], "--ppo", ppo, "--light-rm", paths["reward"],
             "--strong-rm", paths["reward"], "--prompts", paths["prompts"], "--out", out,
-            "--params", _params(tmp_path), "--metrics", metrics]
+            "--params", _params(tmp_path), "--metrics", metrics,
+            "--report", tmp_path / "reports" / "eval.json"]
     res = _invoke(args)
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader((out / "curves.csv").read_text().splitlines()))
@@ -144,7 +142,9 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "| 4 |" in report and "gold_proxy_vs_kl.png" in report
-    m = json.loads(metrics.read_text())["eval"]
+    m = json.loads((tmp_path / "reports" / "eval.json").read_text())["eval"]
+    assert json.loads(metrics.read_text())["eval"]["final"] == {
+        k: m["final"][k] for k in ("step", "gold_mean", "win_rate", "sqrt_kl")}
     assert m["n_prompts"] == 10 and m["final"]["step"] == 4 and m["sft"]["step"] == 0
     # fixed seeds: a second run writes the same curves (dvc status stays clean)
     first = (out / "curves.csv").read_text()

@@ -378,14 +378,17 @@ def test_realdata_public_files_add_up(realdata, tmp_path):
 
 def test_cli_ingest_prints_invariant_and_writes_metrics(world_sources, tmp_path):
     sources, truth = world_sources
-    metrics = tmp_path / "m" / "ingest.json"
+    metrics, report = tmp_path / "m" / "ingest.json", tmp_path / "r" / "ingest.json"
     out = CliRunner().invoke(app, ["ingest", "--sources", str(sources), "--out-store",
-                                   str(tmp_path / "store"), "--metrics", str(metrics)])
+                                   str(tmp_path / "store"), "--metrics", str(metrics),
+                                   "--report", str(report)])
     assert out.exit_code == 0, out.output
     n_bad = sum(1 for v in truth.values() if v)
     assert (f"input {len(truth) + N_BLANK} = kept {len(truth) - n_bad} + rejected {n_bad} + "
             f"skipped (blank lines) {N_BLANK} ok") in " ".join(out.output.split())
-    m = json.loads(metrics.read_text())
+    assert set(json.loads(metrics.read_text())) == {"input_rows", "kept", "rejected",
+                                                    "invariant_holds", "external_pairs"}
+    m = json.loads(report.read_text())
     assert m["input_rows"] == m["kept"] + m["rejected"] + m["skipped_blank_lines"] == \
         len(truth) + N_BLANK
     assert m["invariant_holds"] and m["skipped_blank_lines"] == N_BLANK
@@ -436,7 +439,7 @@ def test_world_planted_defects_all_quarantined_no_clean_prompt_lost(tmp_path, se
 
 
 def test_shipped_params_equal_the_dataclass_defaults(repo):
-    """Outside a checkout the CLI uses the dataclass defaults; they must mirror params.yaml."""
+    """Library use (tests, benchmarks) builds IngestConfig() / DedupConfig(): the same funnel."""
     from rlhf.pipeline.config import load_section
     from rlhf.pipeline.dedup import DedupConfig
 
@@ -565,12 +568,12 @@ def test_filters_on_real_prompts_measured(realdata):
 def test_cli_an_output_path_that_cannot_be_written_is_one_error(world_sources, tmp_path):
     sources, _ = world_sources
     (tmp_path / "a_file").write_text("in the way")
-    for extra in (["--out-store", str(tmp_path / "a_file" / "store")],
-                  ["--out-store", str(tmp_path / "s"), "--metrics",
-                   str(tmp_path / "a_file" / "m.json")]):
+    for extra, message in ((["--out-store", str(tmp_path / "a_file" / "store")], "I/O error"),
+                           (["--out-store", str(tmp_path / "s"), "--metrics",
+                             str(tmp_path / "a_file" / "m.json")], "cannot write")):
         out = CliRunner().invoke(app, ["ingest", "--sources", str(sources), *extra])
         assert out.exit_code == 2 and isinstance(out.exception, SystemExit), out.output
-        assert "error: I/O error" in out.output and "a_file" in out.output
+        assert f"error: {message}" in out.output and "a_file" in out.output
 
 
 def test_mt_bench_adapter_first_turn_open_dataset(tmp_path):

@@ -10,19 +10,15 @@ import json
 
 import ppo_tiny
 import pytest
-import yaml
+from params_file import write_params
 from test_eval import _invoke, _world
 
 
 def _params(tmp_path, name, judge=None):
     ev = {"seed": 0, "max_new_tokens": 6, "max_prompt_tokens": 16, "n_prompts": 8,
           "batch_size": 4}
-    data = {"ppo": dict(ppo_tiny.PARAMS), "eval": ev}
-    if judge is not None:
-        data["judge"] = judge
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_params(tmp_path / f"{name}.yaml", ppo=dict(ppo_tiny.PARAMS), eval=ev,
+                        judge=judge or {})
 
 
 def _gold_preferences(folder):
@@ -68,8 +64,8 @@ def test_swapping_the_judge_keeps_the_report_and_names_the_judge(tmp_path):
     shapes, golds = [], []
     for name, (params, extra) in cases.items():
         out = tmp_path / f"eval-{len(shapes)}"
-        metrics = tmp_path / f"eval-{len(shapes)}.json"
-        res = _invoke([*base[1:], "--out", out, "--params", params, "--metrics", metrics, *extra])
+        metrics = tmp_path / f"eval-{len(shapes)}.json"  # the report: every figure (--metrics: headline)
+        res = _invoke([*base[1:], "--out", out, "--params", params, "--report", metrics, *extra])
         assert res.exit_code == 0, res.output
         assert f"judge {name}" in res.output
         m = json.loads(metrics.read_text())["eval"]

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from params_file import write_params
 from rlhf.cli.app import app
 from rlhf.pipeline.model_folders import (
     ModelFolderError,
@@ -276,7 +277,7 @@ def test_a_broken_reward_backbone_folder_is_named(models, tmp_path):
     backbone = _copy(models["policy"], tmp_path / "backbone")
     _truncate(backbone / "model.safetensors")
     params = tmp_path / "params.yaml"
-    params.write_text(f"reward:\n  backbone: {backbone}\n")
+    write_params(params, reward={"backbone": str(backbone)}, ppo={})
     prefs = tmp_path / "prefs"
     prefs.mkdir()
     result = CliRunner().invoke(app, [

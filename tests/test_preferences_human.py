@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
+from params_file import write_params
 
 HH = "\n\nHuman: {q}\n\nAssistant: {a}"
 
@@ -70,14 +70,13 @@ def store(tmp_path):
 def test_bad_labels_are_quarantined_with_reasons(store, tmp_path):
     from rlhf.store.io import read_table
 
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"preferences": {"labels": "human", "gold_fraction": 0.3,
-                                                      "heldout_fraction": 0.2}}))
+    params = write_params(tmp_path / "params.yaml", preferences={
+        "labels": "human", "gold_fraction": 0.3, "heldout_fraction": 0.2})
     queue = _queue(tmp_path / "queue.jsonl")
     out, rej, metrics = store / "preferences", store / "rejected_labels", tmp_path / "m.json"
     res = _invoke("preferences", "--labels-from", store, "--queue", queue,
                   "--queue", tmp_path / "absent.jsonl", "--out", out, "--rejected-out", rej,
-                  "--params", params, "--metrics", metrics)
+                  "--params", params, "--report", metrics, "--metrics", tmp_path / "h.json")
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output and "absent" in res.output
     # ingest: the prompt without its writer is in the quarantine, not in prompts
@@ -92,6 +91,8 @@ def test_bad_labels_are_quarantined_with_reasons(store, tmp_path):
     assert m["labels_by_source"] == {"hh-rlhf": {"input": 13, "kept": 12, "rejected": 1},
                                      "queue": {"input": 6, "kept": 2, "rejected": 4}}
     assert m["invariant_holds"] and m["rejected_by_reason"]["equal_responses"] == 2
+    headline = json.loads((tmp_path / "h.json").read_text())  # what `dvc metrics show` lists
+    assert headline["n_pairs_gold"] == m["n_pairs_gold"] and headline["invariant_holds"]
     rows = read_table("preferences", out).to_pylist()
     # 12 hh pairs + the queue's pair + its 3-way ranking
     assert len({r["ranking_id"] for r in rows}) == 14 and len(rows) == 12 * 2 + 2 + 3
@@ -121,8 +122,7 @@ def test_reward_trains_only_on_train_split_of_human_sources(store, tmp_path):
 
 
 def test_clear_errors_not_tracebacks(store, tmp_path):
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"preferences": {"labels": "human"}}))
+    params = write_params(tmp_path / "params.yaml", preferences={"labels": "human"})
     res = _invoke("preferences", "--labels-from", tmp_path / "nowhere", "--out", tmp_path / "o",
                   "--rejected-out", tmp_path / "r", "--params", params)
     assert res.exit_code == 2 and "--labels-from" in res.output and "Traceback" not in res.output
@@ -139,7 +139,7 @@ def test_clear_errors_not_tracebacks(store, tmp_path):
     res = _invoke("preferences", "--labels-from", empty, "--out", tmp_path / "o",
                   "--rejected-out", tmp_path / "r", "--params", params)
     assert res.exit_code == 2 and "no usable human preference labels" in res.output
-    params.write_text(yaml.safe_dump({"preferences": {"labels": "humans"}}))
+    write_params(params, preferences={"labels": "humans"})
     res = _invoke("preferences", "--labels-from", store, "--out", tmp_path / "o",
                   "--rejected-out", tmp_path / "r", "--params", params)
     assert res.exit_code == 2 and "labels must be" in res.output

@@ -126,7 +126,10 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
     assert set(lock["stages"]) == {"ingest", "dedup", "preferences", "judge", "demos", "sft",
                                    "reward", "difficulty", "ppo", "eval"}
     art = profile / "artifacts"
-    metrics = {p.stem: json.loads(p.read_text()) for p in (art / "metrics").glob("*.json")}
+    # every stage's report (artifacts/reports/, the details) and its headline metrics file
+    metrics = {p.stem: json.loads(p.read_text()) for p in (art / "reports").glob("*.json")}
+    headlines = {p.stem for p in (art / "metrics").glob("*.json")}
+    assert headlines == set(metrics) == set(lock["stages"])
 
     # the verdicts come from the held-out gold RM and say so
     judge = "heldout_gold_rm:artifacts/models/judge"

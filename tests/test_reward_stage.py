@@ -58,7 +58,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
                                              n_annotators=3, drift_per_day=0.5, noise_std=0.0,
                                              labels_per_day=10))
     pm = preferences.run(pcfg, sft, tmp_path / "prefs", pool_dir=pool,
-                         metrics_path=tmp_path / "p.json", world=(ToyAnnotatorPool, toy_gold))
+                         world=(ToyAnnotatorPool, toy_gold))
     table = read_table("preferences", tmp_path / "prefs").to_pylist()
     assert pm["n_responses"] == len(table) == 4 * pm["n_prompts"]
     # noise-free toy annotators: a pair exists only where the judge's scores differ
@@ -95,7 +95,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
 
     dcfg = difficulty.DifficultyConfig(max_new_tokens=16)
     dm = difficulty.run(dcfg, sft, tmp_path / "rm_strong", tmp_path / "difficulty",
-                        pool_dir=pool, metrics_path=tmp_path / "d.json")
+                        pool_dir=pool)
     rows = read_table("difficulty", tmp_path / "difficulty").to_pylist()
     assert len(rows) == dm["n_prompts"] == 160
     assert {r["topic_cluster"] for r in rows} == {0, 1, 2, 3}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from params_file import write_params
 from rlhf.store.io import read_table
 
 pytestmark = pytest.mark.slow
@@ -107,7 +108,7 @@ def _metrics_equal(got: Path, want: Path, timing: tuple[str, ...] = ()) -> None:
 
 # --- ingest ---------------------------------------------------------------------------------
 
-INGEST_PARAMS = "ingest:\n  rows_per_shard: 40\n  batch_rows: 80\n"
+INGEST_PARAMS = {"ingest": {"rows_per_shard": 40, "batch_rows": 80}}
 INGEST_TABLES = ("prompts", "rejected", "external_pairs")
 
 
@@ -115,7 +116,7 @@ def test_ingest_killed_at_random_points_then_rerun(tmp_path):
     from test_ingest import write_world_sources
 
     sources, _, _ = write_world_sources(tmp_path / "world", seed=3, n_lines=3000)
-    (tmp_path / "params.yaml").write_text(INGEST_PARAMS)
+    write_params(tmp_path / "params.yaml", **INGEST_PARAMS)
     cmd = [_rlhf(), "ingest", "--sources", str(sources), "--out-store", "store",
            "--params", str(tmp_path / "params.yaml"), "--metrics", "metrics/ingest.json"]
     ref, work = tmp_path / "ref", tmp_path / "work"
@@ -154,7 +155,7 @@ def test_dedup_killed_at_random_points_then_rerun(tmp_path):
     ref, work = tmp_path / "ref", tmp_path / "work"
     run_ingest([sources], ref / "store", IngestConfig())
     shutil.copytree(ref / "store", work / "store")
-    (tmp_path / "params.yaml").write_text("dedup:\n  rows_per_shard: 5\n")
+    write_params(tmp_path / "params.yaml", dedup={"rows_per_shard": 5})
     cmd = [_rlhf(), "dedup", "--store", "store", "--cache", "cache", "--params",
            str(tmp_path / "params.yaml"), "--metrics", "metrics/dedup.json"]
     seconds = _run(cmd, ref)
@@ -189,17 +190,14 @@ def test_dedup_killed_at_random_points_then_rerun(tmp_path):
 
 # --- reward (the tiny config of tests/test_reward_stage.py) ---------------------------------
 
-REWARD_PARAMS = """reward:
-  n_ensemble: 2
-  train: {epochs: 8, learning_rate: 0.003, batch_size: 16, max_length: 64}
-  light: {epochs: 8, groups_per_batch: 8}
-  rollout_prompts: 30
-  rollout_k: 3
-  eval_prompts: 20
-  eval_k: 2
-  max_new_tokens: 16
-  external_sources: []
-"""
+REWARD_PARAMS = {"reward": {
+    "n_ensemble": 2,
+    "train": {"epochs": 8, "learning_rate": 0.003, "batch_size": 16, "max_length": 64},
+    "light": {"epochs": 8, "groups_per_batch": 8},
+    "rollout_prompts": 30, "rollout_k": 3, "eval_prompts": 20, "eval_k": 2,
+    "max_new_tokens": 16, "external_sources": []},
+    "ppo": {},  # the reward stage reads PPO's sampling settings
+    "judge": {}}  # ... and its judge
 REWARD_TIMING = ("seconds", "speed_ratio")
 
 
@@ -220,7 +218,7 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
                                              labels_per_day=10))
     preferences.run(pcfg, sft, tmp_path / "prefs", pool_dir=pool,
                     world=(ToyAnnotatorPool, toy_gold))
-    (tmp_path / "params.yaml").write_text(REWARD_PARAMS)
+    write_params(tmp_path / "params.yaml", **REWARD_PARAMS)
     cmd = [_rlhf(), "reward", "--preferences", str(tmp_path / "prefs"), "--sft", str(sft),
            "--pool", str(pool), "--out-strong", "models/rm_strong", "--out-light",
            "models/rm_light", "--params", str(tmp_path / "params.yaml"),

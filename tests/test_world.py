@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+from params_file import write_params
 from rlhf.cli.app import app
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.world import WorldConfig, run
@@ -188,14 +188,16 @@ def test_config_validation():
 def test_cli_generate_and_clean_errors(tmp_path):
     runner = CliRunner()
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"world": {**SMALL, "n_prompts": 200, "n_demos": 100}}))
+    write_params(params, world={**SMALL, "n_prompts": 200, "n_demos": 100})
     out = tmp_path / "w"
-    metrics = tmp_path / "m" / "world.json"
+    metrics, report = tmp_path / "m" / "world.json", tmp_path / "r" / "world.json"
     res = runner.invoke(app, ["world", "generate", "--seed", "3", "--out", str(out),
-                              "--params", str(params), "--metrics", str(metrics)])
+                              "--params", str(params), "--metrics", str(metrics),
+                              "--report", str(report)])
     assert res.exit_code == 0, res.output
     assert "defect: phone" in res.output and "tokenizer vocab" in res.output
-    assert json.loads(metrics.read_text())["seed"] == 3
+    assert json.loads(report.read_text())["seed"] == 3  # the details: the report
+    assert json.loads(metrics.read_text())["sources"]["lines"] == 200  # the headline
     assert len(_truth(out)) == 200
     params.write_text("world:\n  n_promts: 5\n")
     res = runner.invoke(app, ["world", "generate", "--out", str(out), "--params", str(params)])

@@ -142,7 +142,7 @@ def trained_policy(tmp_path_factory) -> tuple[Path, Path]:
         (d / "demonstrations.jsonl").write_text("\n".join(mixed) + "\n")
         metrics = run(SftConfig(epochs=15, batch_size=16, learning_rate=1e-2, eval_prompts=8,
                                 eval_max_new_tokens=16, heldout_fraction=0.15),
-                      demos, d / "sft", d / "sft.json", tok, cfg, judge=toy_gold)
+                      demos, d / "sft", tok, cfg, judge=toy_gold)
         _POLICY_CACHE.update(world=d, policy=d / "sft", metrics=metrics)
     return _POLICY_CACHE["world"], _POLICY_CACHE["policy"]
 

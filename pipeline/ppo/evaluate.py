@@ -47,9 +47,8 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
     sampled alike (the same seed: a paired comparison), scored by `judge` (None: world gold);
     the report names the judge."""
-    from rlhf.pipeline.judges import WorldGoldJudge
-
     from rlhf.pipeline.eval_prompts import held_out_prompts
+    from rlhf.pipeline.judges import WorldGoldJudge
 
     prompts = held_out_prompts(store_root)
     if not prompts:
@@ -66,7 +65,6 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
 def rollouts_used(rollouts: str | Path, run_id: str) -> int:
     """Rows of the run in the `rollouts` table (every generated response, fallbacks included)."""
     import pyarrow.parquet as pq
-
     from rlhf.store.rollouts import run_shards
 
     return sum(pq.ParquetFile(p).metadata.num_rows for _, _, p in run_shards(rollouts, run_id))
@@ -76,7 +74,6 @@ def escalated_rollouts(rollouts: str | Path, run_id: str) -> int:
     """Rows of the run re-scored by the strong RM (tier 2, seed 001 §4.1 Level 2)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
     from rlhf.store.rollouts import run_shards
 
     return sum(int(pc.sum(pc.equal(pq.read_table(p, columns=["tier"])["tier"], 2)).as_py() or 0)

@@ -24,8 +24,13 @@ from rlhf.store.hashing import content_hash
 from rlhf.store.io import remove_partials, write_shard
 from rlhf.store.rollouts import StepShardWriter, run_folder
 
-CSV_COLUMNS = ("step", "rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean",
-               "clip_ratio", "critic_loss", "entropy_mean")
+# The six metrics of seed 000 §4.4, the one definition: metrics.csv column -> `train_metrics`
+# column (store/schemas.py; the table keeps the seed's short names). The CSV, the store rows, the
+# ppo stage's report and dvc.yaml's plot (tests/test_dvc_params.py checks it) all follow it.
+SIX_METRICS = {"rollout_success_rate": "rollout_success", "reward_mean": "rew_mean",
+               "reward_std": "rew_std", "kl_div_mean": "kl_div", "clip_ratio": "clip_ratio",
+               "critic_loss": "critic_loss", "entropy_mean": "entropy"}
+CSV_COLUMNS = ("step", *SIX_METRICS)
 COST_COLUMNS = ("tokens_generated", "tokens_trained", "rollouts_started", "rollouts_trained",
                 "light_rm_calls", "strong_rm_calls")  # train_metrics keeps their running sums
 
@@ -166,10 +171,7 @@ class Recorder:
             return float(v) if v is not None and math.isfinite(v) else None
 
         return {"run_id": self.paths.run_id, "step": m["step"],
-                "rollout_success": value("rollout_success_rate"), "rew_mean": value("reward_mean"),
-                "rew_std": value("reward_std"), "kl_div": value("kl_div_mean"),
-                "clip_ratio": value("clip_ratio"), "critic_loss": value("critic_loss"),
-                "entropy": value("entropy_mean"),
+                **{col: value(key) for key, col in SIX_METRICS.items()},
                 **{f"{k}_cum": m[f"{k}_cum"] for k in COST_COLUMNS},
                 "seconds_cum": m["seconds_cum"], "logged_at": datetime.now(UTC)}
 

@@ -293,9 +293,9 @@ class PPOTrainer:
     def _progress(self, steps):
         if not (self.progress and self.acc.is_main_process):
             return steps
-        from rich.progress import track
+        from rlhf.pipeline.progress import track  # a live bar, or periodic lines in a pipe
 
-        return track(steps, description="PPO steps")
+        return track(steps, "PPO steps", unit="steps")
 
 
 # --------------------------------------------------------------------------- entry point
@@ -312,16 +312,15 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs. With
     `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
     re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders."""
-    import warnings
+    from rlhf.pipeline.progress import quiet_libraries
 
+    quiet_libraries()  # no library bars, no warnings a user cannot act on
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.policy import set_threads
     from rlhf.pipeline.ppo.scoring import load_scorer
 
     set_threads()  # one torch thread by default, like every stage (faster on a shared CPU)
-    # transformers warns on every model.train() of a checkpoint-capable model; once is enough
-    warnings.filterwarnings("once", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))

@@ -76,17 +76,22 @@ def augment_pairs(pairs: Sequence[dict[str, str]], fraction: float,
         a, b = perturb(pair["chosen"], rng), perturb(pair["rejected"], rng)
         if a == pair["chosen"] and b == pair["rejected"]:
             continue
-        sa, sb = rescore(p, a), rescore(p, b)
-        if sa == sb:
-            continue
-        out.append({"prompt": p, "chosen": a if sa > sb else b,
-                    "rejected": b if sa > sb else a})
+        pair = _ordered(p, a, rescore(p, a), b, rescore(p, b))
+        if pair is not None:
+            out.append(pair)
     return out
+
+
+def _ordered(prompt: str, a: str, sa: float, b: str, sb: float) -> dict[str, str] | None:
+    """The pair (a, b) as chosen / rejected by their re-scores; None for a tie."""
+    if sa == sb:
+        return None
+    return {"prompt": prompt, "chosen": a if sa > sb else b, "rejected": b if sa > sb else a}
 
 
 # ---------------------------------------------------------------------------------------------
 # Reward-hacking twins: the degenerations PPO finds first when it over-optimises an RM that never
-# saw them (bench/economy.py, README "Why plain PPO stopped learning"): a sentence repeated, a
+# saw them (bench/economy.py, README "What held PPO back"): a sentence repeated, a
 # sentence turned into a bag of its words (keyword stuffing), an answer cut to a few words.
 # Each twin is re-scored by the re-scorer, like every other augmentation: the RM learns the order
 # the judge gives, never a hard-coded penalty.
@@ -138,15 +143,15 @@ def hack_twins(prompts: Sequence[str], responses: Sequence[str], fraction: float
     for p, r in zip(prompts, responses):
         if rng.random() >= fraction:
             continue
+        score_r = None  # the response's own re-score, once for all its twins
         for kind in sorted(HACKS):
             twin = HACKS[kind](r, rng)
             if twin == r:
                 continue
-            sa, sb = rescore(p, r), rescore(p, twin)
-            if sa == sb:
-                continue
-            out.append({"prompt": p, "chosen": r if sa > sb else twin,
-                        "rejected": twin if sa > sb else r})
+            score_r = rescore(p, r) if score_r is None else score_r
+            pair = _ordered(p, r, score_r, twin, rescore(p, twin))
+            if pair is not None:
+                out.append(pair)
     return out
 
 
@@ -159,10 +164,11 @@ def hack_probe(prompts: Sequence[str], responses: Sequence[str],
     rng = random.Random(seed)
     ps, a, b, gold_first = [], [], [], []
     kinds_of = []
+    own = [rescore(p, r) for p, r in zip(prompts, responses)]  # once, not once per kind
     for kind in sorted(HACKS):
-        for p, r in zip(prompts, responses):
+        for p, r, ga in zip(prompts, responses, own):
             twin = HACKS[kind](r, rng)
-            ga, gb = rescore(p, r), rescore(p, twin)
+            gb = rescore(p, twin)
             if twin != r and ga != gb:
                 ps.append(p)
                 a.append(r)

@@ -107,6 +107,7 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
     import random
 
     import torch
+    from rlhf.pipeline.progress import advance_or_bar
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -119,32 +120,32 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
                                                 total_steps=n_steps, pct_start=0.1)
     history = []
     student.train()
-    for _ in range(cfg.epochs):
-        order = list(range(len(groups)))
-        rng.shuffle(order)
-        for start in range(0, len(order), cfg.groups_per_batch):
-            batch_groups = [groups[g] for g in order[start:start + cfg.groups_per_batch]]
-            flat = [i for g in batch_groups for i in g]
-            width = max(len(ids[i]) for i in flat)
-            x = torch.full((len(flat), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for row, i in enumerate(flat):
-                x[row, :len(ids[i])] = torch.tensor(ids[i])
-                mask[row, :len(ids[i])] = 1
-            scores = student(input_ids=x, attention_mask=mask).logits[:, 0]
-            local, pos = [], 0
-            for g in batch_groups:
-                local.append(list(range(pos, pos + len(g))))
-                pos += len(g)
-            loss, parts = distill_loss(scores, targets[flat], local, cfg.listwise_weight,
-                                       cfg.mse_weight, cfg.distill_temperature)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            history.append({"loss": loss.item(), **parts})
-            if progress is not None:
-                progress(1)
+    with advance_or_bar(progress, "distilling the light RM", n_steps, "steps") as advance:
+        for _ in range(cfg.epochs):
+            order = list(range(len(groups)))
+            rng.shuffle(order)
+            for start in range(0, len(order), cfg.groups_per_batch):
+                batch_groups = [groups[g] for g in order[start:start + cfg.groups_per_batch]]
+                flat = [i for g in batch_groups for i in g]
+                width = max(len(ids[i]) for i in flat)
+                x = torch.full((len(flat), width), pad, dtype=torch.long)
+                mask = torch.zeros_like(x)
+                for row, i in enumerate(flat):
+                    x[row, :len(ids[i])] = torch.tensor(ids[i])
+                    mask[row, :len(ids[i])] = 1
+                scores = student(input_ids=x, attention_mask=mask).logits[:, 0]
+                local, pos = [], 0
+                for g in batch_groups:
+                    local.append(list(range(pos, pos + len(g))))
+                    pos += len(g)
+                loss, parts = distill_loss(scores, targets[flat], local, cfg.listwise_weight,
+                                           cfg.mse_weight, cfg.distill_temperature)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                history.append({"loss": loss.item(), **parts})
+                advance(1)
     student.eval()
     return student, history

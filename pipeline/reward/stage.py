@@ -127,7 +127,7 @@ def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], 
 
 
 def _cap(prompts: list[str], n: int, salt: str) -> list[str]:
-    from rlhf.pipeline.preferences import _fraction
+    from rlhf.store.hashing import hash_fraction as _fraction
 
     if n and len(prompts) > n:
         prompts = sorted(prompts, key=lambda t: _fraction(salt + t))[:n]
@@ -397,7 +397,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
                         cfg.batch_size, cfg.confidence_gate)
         strong.memo = raw.memo  # the report scores the same texts several ways: once each
-        from rlhf.pipeline.preferences import _fraction
+        from rlhf.store.hashing import hash_fraction as _fraction
 
         calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
         report = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) >= 0.5] or held_pairs

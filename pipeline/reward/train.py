@@ -113,7 +113,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
         )
         trainer = RewardTrainer(model=model, args=args, train_dataset=train,
                                 processing_class=tokenizer)
-        quiet_trainer(trainer)
+        quiet_trainer(trainer, "training the reward model")
         trainer.train()
         log = [dict(x) for x in trainer.state.log_history]
         model = trainer.model

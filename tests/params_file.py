@@ -1,0 +1,17 @@
+"""Params files for tests: the stages read every key of their sections (config.load_config), so a
+test names only the keys it changes and the rest are the dataclass defaults, written out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_params(path: Path, **sections: dict) -> Path:
+    """Write `path` with each given section completed (`config.complete_section`)."""
+    import yaml
+    from rlhf.pipeline.config import complete_section
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({name: complete_section(name, values or {})
+                                    for name, values in sections.items()}, sort_keys=False))
+    return path

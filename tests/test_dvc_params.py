@@ -1,0 +1,102 @@
+"""dvc.yaml declares what each stage reads: every param (a stage given only its declared params
+still loads its config), the store modules of the tables it writes, its metrics and report files,
+and the CSV columns its plots name. Each stage's command is run exactly as dvc.yaml writes it, in
+an empty folder, so it stops at its first missing input, after reading its params."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from rlhf.cli.app import app
+from rlhf.cli.common import HEADLINES
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[1]
+DVC = yaml.safe_load((REPO / "dvc.yaml").read_text())
+STAGES = DVC["stages"]
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+PARAMS_ERRORS = ("missing required key", "unknown key", "params file not found", "section")
+
+
+def _declared(stage: str) -> list[str]:
+    return [p for p in STAGES[stage].get("params", []) if isinstance(p, str)]
+
+
+def _only(declared: list[str], drop: str = "") -> dict:
+    """params.yaml cut down to the `declared` entries (whole sections or section.key)."""
+    out: dict = {}
+    for entry in declared:
+        if entry == drop:
+            continue
+        section, _, key = entry.partition(".")
+        if key:
+            out.setdefault(section, {})[key] = PARAMS[section][key]
+        else:
+            out[section] = PARAMS[section]
+    return out
+
+
+def _run_as_dvc(stage: str, folder: Path, params: dict, monkeypatch) -> str:
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    if stage == "world":  # no inputs: an output path in the way stops it after the params
+        (folder / "artifacts").mkdir()
+        (folder / "artifacts" / "world").write_text("in the way")
+    argv = shlex.split(STAGES[stage]["cmd"])
+    assert argv[0] == "rlhf"
+    monkeypatch.chdir(folder)
+    res = CliRunner().invoke(app, argv[1:], env={"COLUMNS": "400"})
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output,
+                                                                          res.exception)
+    return res.output
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_stage_reads_only_the_params_its_dvc_stage_declares(stage, tmp_path, monkeypatch):
+    out = _run_as_dvc(stage, tmp_path, _only(_declared(stage)), monkeypatch)
+    # it got past its params (every key it reads is declared) and stopped at a missing input
+    assert not any(e in out for e in PARAMS_ERRORS), out
+    assert "artifacts" in out, out
+
+
+@pytest.mark.parametrize("stage, entry", [("reward", "ppo.top_p"), ("sft", "sft.lora_r"),
+                                          ("eval", "eval"), ("ppo", "ppo")])
+def test_an_undeclared_param_is_caught(stage, entry, tmp_path, monkeypatch):
+    """The check above has teeth: without one of its entries the stage stops at its params."""
+    assert entry in _declared(stage)
+    out = _run_as_dvc(stage, tmp_path, _only(_declared(stage), drop=entry), monkeypatch)
+    assert any(e in out for e in PARAMS_ERRORS), out
+    assert entry.partition(".")[2] in out or f"'{entry}'" in out, out
+
+
+def _paths(entries: list) -> set[str]:
+    return {next(iter(e)) if isinstance(e, dict) else e for e in entries}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_stage_that_writes_store_tables_depends_on_the_store_modules(stage):
+    outs, deps = _paths(STAGES[stage].get("outs", [])), _paths(STAGES[stage]["deps"])
+    if any(o.startswith("artifacts/store/") for o in outs):
+        assert {"store/schemas.py", "store/io.py", "store/hashing.py"} <= deps, stage
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_each_stage_writes_its_headline_metrics_and_its_report(stage):
+    cmd = STAGES[stage]["cmd"]
+    metrics, report = f"artifacts/metrics/{stage}.json", f"artifacts/reports/{stage}.json"
+    assert f"--metrics {metrics}" in cmd and f"--report {report}" in cmd
+    assert _paths(STAGES[stage]["metrics"]) == {metrics}
+    assert {report: {"cache": False}} in STAGES[stage]["outs"]
+    assert HEADLINES[stage]
+
+
+def test_the_plots_name_the_metrics_csv_columns():
+    from rlhf.pipeline.ppo.records import CSV_COLUMNS, SIX_METRICS
+    from rlhf.store.schemas import TABLES
+
+    plot = next(p["artifacts/ppo/metrics.csv"] for p in DVC["plots"]
+                if "artifacts/ppo/metrics.csv" in p)
+    assert plot["x"] in CSV_COLUMNS and set(plot["y"]) <= set(CSV_COLUMNS)
+    assert set(SIX_METRICS.values()) <= set(TABLES["train_metrics"].names)
