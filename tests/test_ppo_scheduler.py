@@ -292,3 +292,42 @@ def test_two_processes_take_identical_decisions_under_torchrun(tmp_path):
     assert (tmp_path / "dp/weights-rank0.sha256").read_text() == \
         (tmp_path / "dp/weights-rank1.sha256").read_text()
     assert math.isfinite(json.loads((tmp_path / "dp/summary.json").read_text())["steps"])
+
+
+def test_audit_schedule_counts_skips_by_window_bucket_and_cluster(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlhf.cli.app import app
+
+    store = tmp_path / "store"
+
+    def row(step, pid, decision, cluster, reason="varied"):
+        return {"run_id": "r", "step": step, "prompt_id": pid, "topic_cluster": cluster,
+                "decision": decision, "reason": reason, "own_rollouts": 2,
+                "steps_since_rollout": 3, "n_neighbours": 10, "n_low": 7,
+                "neighbour_mean": 1.0 if decision == "skip" else None, "neighbour_var": 0.1,
+                "reward_var": 1.0, "explore_p": None, "high_uncertainty": False,
+                "neighbour_ids": []}
+
+    rows = [row(1, "a", "rollout", 0), row(1, "b", "skip", 0), row(2, "a", "skip", 0),
+            row(2, "c", "rollout", 1, "explore"), row(3, "c", "unused", 1), row(3, "b", "skip", 0)]
+    write_shard("schedule", rows, store / "schedule" / "run_id=r" / "step_bucket=0"
+                / "part-000000001-000000003.parquet")
+    diff = [{"prompt_id": p, "text": p, "split": "ppo", "topic_cluster": 0, "length": 1,
+             "logprob_std": 0.1, "rm_score": 0.0, "score": s, "bucket": b}
+            for p, s, b in (("a", 1.0, "low"), ("b", 8.0, "high"))]
+    write_shard("difficulty", diff, store / "difficulty" / "part-00000.parquet")
+    res = CliRunner().invoke(app, ["audit", "schedule", "2", "--store", str(store),
+                                   "--format", "jsonl"])
+    assert res.exit_code == 0, res.output
+    out = [json.loads(x) for x in res.output.splitlines()]
+    run = [r for r in out if r["breakdown"] == "run"][0]
+    assert (run["decisions"], run["skips"], run["skip_rate"], run["explored"]) == (5, 3, 0.6, 1)
+    assert run["trigger_rate"] == 0.4 and run["skip_estimate_mean"] == 1.0
+    win = {r["step_from"]: (r["decisions"], r["skips"]) for r in out
+           if r["breakdown"] == "step window"}
+    assert win == {1: (4, 2), 3: (1, 1)}
+    buckets = {r["bucket"]: r["skip_rate"] for r in out if r["breakdown"] == "difficulty bucket"}
+    assert buckets == {"low": 0.5, "high": 1.0, "(unscored)": 0.0}
+    clusters = {r["topic_cluster"]: r["skips"] for r in out if r["breakdown"] == "topic cluster"}
+    assert clusters == {0: 3, 1: 0}
