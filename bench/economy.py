@@ -163,6 +163,7 @@ def prepare(args) -> dict:
     steps = args.steps or (QUICK_STEPS if args.quick else 2 * base.total_steps)
     tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
     setup = {
+        "judge": judge_setup(args),
         "quick": bool(args.quick), "steps": steps, "token_budget": tokens, "points": args.points,
         "peer_group": PEER_GROUP,
         "paths": {k: str(inputs / v.name) for k, v in src.items()},
@@ -180,16 +181,49 @@ def prepare(args) -> dict:
     return json.loads((out / "setup.json").read_text())  # as the jobs will read it
 
 
+WORLD_JUDGE = {"kind": "world_gold", "name": "world_gold"}
+
+
+def judge_setup(args) -> dict:
+    """params.yaml's `judge:` (the world's gold judge without one, and with --quick), its model
+    folder (`--judge-model`, as the eval stage takes it) and what a result must match."""
+    from rlhf.pipeline.config import read_params
+    from rlhf.pipeline.judges import load_judge
+    from rlhf.store.hashing import tree_hash
+
+    if args.quick or "judge" not in read_params(args.params):
+        return {"spec": WORLD_JUDGE}
+    from rlhf.pipeline.config import load_config
+
+    cfg = load_config(args.params, "judge")
+    model = str(args.judge_model) if args.judge_model else None
+    judge = load_judge(cfg, model)  # fails here, before any job, on a judge that cannot load
+    src = Path(model or cfg.model) if cfg.kind != "world_gold" else None
+    spec = {"kind": cfg.kind, "name": judge.name}
+    if src is not None and src.is_dir():
+        spec["model_hash"] = tree_hash(src)
+    return {"spec": spec, "config": asdict(cfg), "model": model}
+
+
 def spec_of(setup: dict, arm_name: str) -> dict:
     """What a saved result must share with the current setup to be reused."""
+    if arm_name == "sft":
+        return {"hashes": setup["hashes"], "eval": setup["eval"], "judge": judge_spec(setup)}
     spec = {"arm": asdict(ARMS[arm_name]), "steps": setup["steps"], "points": setup["points"],
             "token_budget": setup["token_budget"], "hashes": setup["hashes"],
-            "eval": setup["eval"], "base_config": setup["base_config"]}
+            "eval": setup["eval"], "base_config": setup["base_config"],
+            "judge": judge_spec(setup)}
     used = {k: v for k, v in setup.get("feature_hashes", {}).items()
             if ARMS[arm_name].overrides.get(FEATURE_INPUTS[k])}
     if used:
         spec["feature_hashes"] = used
     return spec
+
+
+def judge_spec(setup: dict) -> dict:
+    """Who gives the verdict (params.yaml `judge:`, pipeline/judges.py): its kind, its name and
+    the hash of its model folder, so results of two judges never mix."""
+    return setup.get("judge", {}).get("spec", WORLD_JUDGE)
 
 
 def held_out_buckets(store: Path, difficulty: Path | None, held: list) -> dict[str, str]:
@@ -219,9 +253,11 @@ def result_path(out: Path, arm: str, seed: int | None) -> Path:
 def spec_matches(saved: dict | None, spec: dict) -> bool:
     """Whether a saved result's spec is the current one. A PPOConfig field that did not exist
     when the result was saved counts as its dataclass default: a new feature switch defaults to
-    off (the behaviour the saved run had), so adding one does not invalidate every result."""
+    off (the behaviour the saved run had), so adding one does not invalidate every result; a
+    result saved before the judge was recorded was judged by the world's gold judge."""
     if not saved:
         return False
+    saved = {"judge": WORLD_JUDGE, **saved}  # saved before the judge was a choice: the world's
     if {k: v for k, v in saved.items() if k != "base_config"} != {
             k: v for k, v in spec.items() if k != "base_config"}:
         return False
@@ -243,6 +279,25 @@ def load_result(path: Path, spec: dict) -> dict | None:
 
 
 # --------------------------------------------------------------------------- one job
+_JUDGES: dict = {}
+
+
+def judge_of(setup: dict):
+    """The setup's judge (loaded once per job process)."""
+    from rlhf.pipeline.judges import JudgeConfig, load_judge
+    from rlhf.pipeline.reward.train import RmTrainConfig
+
+    j = setup.get("judge") or {}
+    if "config" not in j or j["spec"] == WORLD_JUDGE:
+        return None  # the world's gold judge (gold_eval's default)
+    key = json.dumps(j["spec"], sort_keys=True)
+    if key not in _JUDGES:
+        cfg = dict(j["config"])
+        cfg["train"] = RmTrainConfig(**cfg["train"])
+        _JUDGES[key] = load_judge(JudgeConfig(**cfg), j.get("model"))
+    return _JUDGES[key]
+
+
 def gold_of(policy_folder: Path, setup: dict) -> dict:
     """Held-out gold; with the setup's difficulty buckets also `by_bucket` (gold mean and count
     per bucket of the held-out prompts: is the hard tail learning too?)."""
@@ -252,7 +307,8 @@ def gold_of(policy_folder: Path, setup: dict) -> dict:
     e = setup["eval"]
     sampling = Sampling(e["temperature"], e["top_p"], e["max_new_tokens"])
     held = [tuple(p) for p in setup["held_out"]]
-    g = gold_eval(policy_folder, held, sampling, e["seed"], per_prompt=True)
+    g = gold_eval(policy_folder, held, sampling, e["seed"], judge=judge_of(setup),
+                  per_prompt=True)
     scores = g.pop("scores")
     buckets = setup.get("held_out_buckets") or {}
     if buckets:
@@ -290,7 +346,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         t = time.perf_counter()
         g = gold_of(Path(setup["paths"]["sft"]), setup)
         res = {"arm": "sft", "gold": g, "seconds_eval": round(time.perf_counter() - t, 2),
-               "spec": {"hashes": setup["hashes"], "eval": setup["eval"]}}
+               "spec": spec_of(setup, "sft")}
         return _save(out, "sft", None, res)
     arm = ARMS[arm_name]
     base = PPOConfig(**setup["base_config"])
@@ -341,7 +397,8 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     if arm.trainer == "ppo" and getattr(cfg, "schedule_on", False):
         from economy_schedule import job_figures  # trigger rate, staleness, SFT by bucket
 
-        extra["schedule"] = job_figures(work, f"{arm_name}-seed{seed}", cfg, setup, gold_of)
+        extra["schedule"] = job_figures(work, f"{arm_name}-seed{seed}", cfg, setup, gold_of,
+                                        judge_of(setup))
     res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer, **extra,
            "features_on": features_on(cfg) if arm.trainer == "ppo" else {},
            "stratified": stratified,
@@ -414,8 +471,7 @@ def drive(args, setup: dict) -> list[str]:
 
     todo = []
     for arm_name, seed in [("sft", None)] + [(a, s) for a in args.arms for s in args.seeds]:
-        spec = ({"hashes": setup["hashes"], "eval": setup["eval"]} if arm_name == "sft"
-                else spec_of(setup, arm_name))
+        spec = spec_of(setup, arm_name)
         if args.force and arm_name != "sft" or load_result(
                 result_path(args.out, arm_name, seed), spec) is None:
             todo.append((arm_name, seed))
@@ -456,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="results folder (default artifacts/bench/economy)")
     ap.add_argument("--report", type=Path, default=None,
                     help="the report (default BENCHMARKS.md; <out>/BENCHMARKS.md with --quick)")
+    ap.add_argument("--judge-model", type=Path, default=None,
+                    help="the judge's RM folder (params.yaml judge.kind heldout_rm: what `rlhf "
+                         "judge` wrote; kind rm: overrides judge.model)")
     ap.add_argument("--arms", nargs="+", default=None, choices=list(ARMS))
     ap.add_argument("--seeds", nargs="+", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None,

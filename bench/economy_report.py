@@ -101,7 +101,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
         f"checkpoints every {max(1, setup['steps'] // setup['points'])} steps (peers: "
         f"generation batches of {base['batch_size']} = {base['batch_size'] // group} prompts "
         f"x {group})")
-    lines.append(f"- held-out gold: the world's gold judge on {e['n_prompts']} eval-split "
+    judge = setup.get("judge", {}).get("spec", {}).get("name", "world_gold")
+    who = "the world's gold judge" if judge == "world_gold" else f"the judge `{judge}`"
+    lines.append(f"- held-out gold: {who} on {e['n_prompts']} eval-split "
                  f"prompts, one sample each, sampled as PPO samples (max {e['max_new_tokens']} new "
                  f"tokens, temperature {e['temperature']}, top-p {e['top_p']}, seed {e['seed']}, "
                  "the same for every policy)")

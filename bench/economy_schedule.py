@@ -9,7 +9,7 @@ Per run (`job_figures`):
   skip rate by step window, by difficulty bucket and by topic cluster of the ppo prompts;
 - staleness (seed 000 §2.2): every skipped prompt that was rolled out later in the run, its
   reward then against the estimate recorded at the skip (the neighbours' mean reward, RM
-  units), and its gold then (the world's gold judge on the rollout's text) against the gold of
+  units), and its gold then (the setup's judge on the rollout's text) against the gold of
   the very rollouts the estimate averaged (the neighbours' last `schedule_window` rewards
   before the skip); beside it, the prompt's own last reward before the skip as a naive
   estimate, so the error has a yardstick;
@@ -33,8 +33,10 @@ def _mean(xs) -> float | None:
     return round(float(np.mean(xs)), 4) if xs else None
 
 
-def job_figures(work: Path, run_id: str, cfg, setup: dict, gold_of) -> dict:
-    from rlhf.pipeline.world.judge import gold_score
+def job_figures(work: Path, run_id: str, cfg, setup: dict, gold_of, judge=None) -> dict:
+    """`judge`: the setup's judge (pipeline/judges.py; None: the world's gold judge), the one
+    the held-out gold uses, for the staleness check's gold."""
+    from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.store.io import read_table
 
     sched = [r for r in read_table("schedule", work / "schedule").to_pylist()
@@ -77,10 +79,12 @@ def job_figures(work: Path, run_id: str, cfg, setup: dict, gold_of) -> dict:
     by_prompt: dict[str, list[dict]] = {}
     for r in sorted(rolls, key=lambda r: r["step"]):
         by_prompt.setdefault(r["prompt_id"], []).append(r)
-    gold: dict[int, float | None] = {}
-    for r in rolls:
-        ok = r["reward"] is not None and r["prompt_text"] is not None
-        gold[id(r)] = gold_score(r["prompt_text"], r["response_text"] or "") if ok else None
+    scored = [r for r in rolls if r["reward"] is not None and r["prompt_text"] is not None]
+    values = score_all(judge if judge is not None else WorldGoldJudge(),
+                       [r["prompt_text"] for r in scored],
+                       [r["response_text"] or "" for r in scored])
+    gold: dict[int, float | None] = {id(r): None for r in rolls}
+    gold.update({id(r): float(v) for r, v in zip(scored, values)})
     w = cfg.schedule_window
     pairs = []
     for s in skips:

@@ -69,6 +69,8 @@ app.command("sft")(stages_rm.sft)
 app.command("preferences")(stages_rm.preferences)
 app.command("reward")(stages_rm.reward)
 app.command("difficulty")(stages_rm.difficulty)
+app.command("demos")(stages_rm.demos)
+app.command("judge")(stages_rm.judge)
 
 
 def main() -> None:

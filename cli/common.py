@@ -74,6 +74,19 @@ def load_config(params: Path, section: str, fields: tuple[str, ...] | None = Non
         fail(msg if msg.startswith(str(params)) else f"{params}: {msg}")
 
 
+def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
+    """The judge the params file's `judge:` section names (pipeline/judges.py), its RM loaded
+    from `judge_model` (a stage's --judge-model) where the kind needs one; a bad section or an
+    RM that cannot load is one error line."""
+    from rlhf.pipeline.judges import load_judge
+
+    cfg = load_config(params, "judge")
+    try:
+        return load_judge(cfg, judge_model)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+
+
 # What each stage's metrics file (artifacts/metrics/<stage>.json, `dvc metrics show`) holds: the
 # few figures a user compares between experiments, as dotted paths into the stage's report.
 # Everything else goes to the report file (artifacts/reports/<stage>.json). A figure a run did
@@ -86,7 +99,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "dedup": ("input_prompts", "kept", "similar", "clusters", "dedup_ratio", "invariant_holds"),
     "sft": ("train_loss", "eval_loss", "eval_perplexity", "gold_mean", "train_seconds"),
     "preferences": ("n_prompts", "n_pairs", "n_pairs_heldout", "annotator_gold_agreement",
-                    "mean_gold_policy", "mean_gold_demonstration"),
+                    "mean_gold_policy", "mean_gold_demonstration",
+                    "n_pairs_train", "n_pairs_gold", "invariant_holds"),  # the last 3: human labels
     "reward": tuple(f"spearman_{rm}_vs_gold_onpolicy{w}" for rm in ("light", "strong")
                     for w in ("", "_within_prompt"))
     + ("hack_agreement_light", "hack_agreement_strong", "spearman_strong_vs_gold",
@@ -95,6 +109,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
                    "sampler_full_coverage_share"),
     "ppo": ("ppo.step", "ppo.reward_mean", "ppo.kl_div_mean", "rollouts", "escalated_rollouts",
             "heldout.sft.gold_mean", "heldout.ppo.gold_mean", "heldout.gold_gain"),
+    "demos": ("n_demonstrations", "tokenizer_vocab"),
+    "judge": ("judge", "n_gold_pairs", "n_gold_prompts", "heldout_pair_accuracy"),
     "eval": ("eval.n_prompts", "eval.sft.gold_mean", "eval.final.step", "eval.final.gold_mean",
              "eval.final.win_rate", "eval.final.sqrt_kl", "eval.gold_gain"),
 }

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, load_config, write_metrics
+from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config, write_metrics
 
 
 def eval_cmd(
@@ -23,6 +23,9 @@ def eval_cmd(
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
+    judge_model: Path | None = typer.Option(
+        None, help="The judge's RM folder (judge.kind heldout_rm: what `rlhf judge` wrote; "
+                   "kind rm: overrides judge.model)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -30,6 +33,7 @@ def eval_cmd(
     """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
     cfg = load_config(params, "eval")
     ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
+    judge = judge_or_fail(params, judge_model)
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
     from rlhf.pipeline import model_folders as mf
@@ -45,13 +49,14 @@ def eval_cmd(
 
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
-                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p)
+                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p, judge=judge)
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
     except OSError as exc:
         fail(f"cannot write the outputs: {exc}")
     write_metrics("eval", {"eval": result}, metrics, report_path)
     s, f = result["sft"], result["final"]
-    typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; gold "
+    typer.echo(f"eval: {result['n_prompts']} prompts, {result['n_policies']} policies; judge "
+               f"{result['judge']}: "
                f"SFT {s['gold_mean']} -> step {f['step']} {f['gold_mean']} (win rate "
                f"{f['win_rate']}, sqrt KL {f['sqrt_kl']}); report: {out / 'report.md'}")

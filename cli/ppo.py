@@ -16,7 +16,8 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, load_config, write_metrics
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                             write_metrics)
 
 
 def ppo(
@@ -44,6 +45,9 @@ def ppo(
                    "(rlhf audit schedule)."),
     heldout_store: Path | None = typer.Option(
         None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out prompts."),
+    judge_model: Path | None = typer.Option(
+        None, help="The held-out figure's judge RM folder (judge.kind heldout_rm: what `rlhf "
+                   "judge` wrote; kind rm: overrides judge.model)."),
     params: Path = PARAMS,
     run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
@@ -75,6 +79,9 @@ def ppo(
                 mf.check_torch_file(step / name, f"--resume checkpoint {step.name}")
     except mf.ModelFolderError as exc:
         fail(str(exc))
+    judge = None
+    if heldout_store is not None and cfg.heldout_eval:  # before training: a bad judge fails fast
+        judge = judge_or_fail(params, judge_model)
     from rlhf.pipeline.ppo.trainer import run
 
     try:
@@ -94,11 +101,11 @@ def ppo(
         report = {"ppo": {k: last.get(k) for k in CSV_COLUMNS},
                   "rollouts": rollouts_used(rollouts, run_id or out.name),
                   "escalated_rollouts": escalated_rollouts(rollouts, run_id or out.name)}
-        if heldout_store is not None and cfg.heldout_eval:
+        if judge is not None:
             from rlhf.pipeline.ppo.generate import sampling_of
 
             report["heldout"] = compare(policy, out / "policy", heldout_store, sampling_of(cfg),
-                                        cfg.eval_seed)
+                                        cfg.eval_seed, judge)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     write_metrics("ppo", report, metrics, report_path)

@@ -9,6 +9,8 @@
         --out-light artifacts/models/rm_light
     rlhf difficulty --pool artifacts/store/pool --policy artifacts/models/sft \
         --reward-model artifacts/models/rm_strong --out artifacts/store/difficulty
+    rlhf demos --store artifacts/store --out artifacts/demos          # realdata profile
+    rlhf judge --preferences artifacts/store/preferences --out artifacts/models/judge
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from typing import Any
 import typer
 from rich.console import Console
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
-                              load_config, plain, write_metrics)
+                              judge_or_fail, load_config, plain, write_metrics)
 
 console = Console()
 # what a stage that samples as PPO does reads of the ppo section (generation.Sampling's fields)
 SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
+
+
+def _judge(params: Path, judge_model: Path | None):
+    """The judge params.yaml's `judge:` names (pipeline/judges.py); a bad one is one error line."""
+    return judge_or_fail(params, judge_model)
 
 
 def _need_dir(path: Path | None, what: str) -> None:
@@ -72,6 +79,8 @@ def sft(
                                           help="Tokenizer folder (embedded default)."),
     model_config: Path | None = typer.Option(None, "--model-config",
                                              help="model_config folder (embedded default)."),
+    judge_model: Path | None = typer.Option(
+        None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -91,7 +100,7 @@ def sft(
         _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, demos, out, tokenizer, model_config)
+        m = run(cfg, demos, out, tokenizer, model_config, _judge(params, judge_model))
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
     write_metrics("sft", m, metrics, report_path)
@@ -99,14 +108,23 @@ def sft(
         ("parameters", f"{m['n_params']:,}"), ("train demonstrations", m["n_train"]),
         ("held-out demonstrations", m["n_heldout"]), ("train loss", m["train_loss"]),
         ("held-out loss", m["eval_loss"]), ("held-out perplexity", m["eval_perplexity"]),
-        ("gold mean of SFT samples (0-5)", m["gold_mean"]),
-        ("gold mean of the demonstrations", m["gold_mean_demonstrations"]),
+        (f"judge ({m['judge']}) mean of SFT samples", m["gold_mean"]),
+        ("judge mean of the demonstrations", m["gold_mean_demonstrations"]),
     ])
 
 
 def preferences(
-    policy: Path = typer.Option(..., "--policy", help="SFT policy checkpoint."),
+    policy: Path | None = typer.Option(None, "--policy",
+                                       help="SFT policy checkpoint (labels: annotators)."),
     out: Path = typer.Option(..., "--out", "-o", help="`preferences` table folder."),
+    labels_from: Path | None = typer.Option(
+        None, "--labels-from", help="labels: human: the store root (prompts, external_pairs, "
+                                    "pool, similar) the human labels are read from."),
+    queue: list[Path] = typer.Option(
+        [], "--queue", help="labels: human: annotation-queue JSONL file(s) (format: README, "
+                            "'Your own data'); absent files are skipped with a note."),
+    rejected_out: Path | None = typer.Option(
+        None, "--rejected-out", help="labels: human: the `rejected_labels` table folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table folder (reward split)."),
     demos: Path | None = typer.Option(None, "--demos",
                                       help="Without a pool: use the demonstrations' prompts."),
@@ -117,10 +135,16 @@ def preferences(
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
 ) -> None:
-    """Sample k responses per reward-split prompt; the annotator pool ranks them."""
+    """Sample k responses per reward-split prompt; the annotator pool ranks them (or, with
+    preferences.labels: human, read the human labels and the annotation queue)."""
     from rlhf.pipeline.preferences import run
 
     cfg = load_config(params, "preferences")
+    if cfg.labels == "human":
+        return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
+                                  report_path)
+    if policy is None:
+        fail("--policy is needed (preferences.labels: annotators)")
     _need_model("policy", policy, "--policy")
     if pool is None and demos is None:
         fail("give --pool or --demos")
@@ -150,6 +174,36 @@ def preferences(
     ])
 
 
+def _human_preferences(cfg, labels_from: Path | None, queue: list[Path], out: Path,
+                       rejected_out: Path | None, metrics: Path | None,
+                       report_path: Path | None) -> None:
+    from rlhf.pipeline.preferences import run_human
+
+    if labels_from is None or rejected_out is None:
+        fail("preferences.labels: human needs --labels-from (the store root) and --rejected-out")
+    _need_dir(labels_from, "--labels-from")
+    present = []
+    for q in queue:
+        if q.is_file():
+            present.append(q)
+        else:
+            console.print(plain(f"annotation queue {q} absent: skipped", "yellow"))
+    t0 = time.perf_counter()
+    try:
+        m = run_human(cfg, labels_from, out, rejected_out, present)
+    except (OSError, ValueError) as exc:
+        fail(f"preferences failed: {exc}")
+    write_metrics("preferences", m, metrics, report_path)
+    _table(f"preferences (human labels) -> {out}  [{time.perf_counter() - t0:.0f}s]", [
+        ("labelled prompts", m["n_prompts"]), ("rankings", m["n_rankings"]),
+        ("pairs train / heldout / gold",
+         f"{m['n_pairs_train']} / {m['n_pairs_heldout']} / {m['n_pairs_gold']}"),
+        *[(f"{src}: input = kept + rejected", f"{c['input']} = {c['kept']} + {c['rejected']}")
+          for src, c in m["labels_by_source"].items()],
+        *[(f"rejected: {code}", n) for code, n in m["rejected_by_reason"].items()],
+    ])
+
+
 def _pool_or_demos(pool: Path | None, demos: Path | None) -> Path | None:
     """The pool folder to read, or None to fall back on --demos (an error if neither is usable)."""
     if pool is not None and not pool.is_dir():
@@ -166,6 +220,9 @@ def reward(
     out_light: Path = typer.Option(..., "--out-light", help="Light RM folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
+    judge_model: Path | None = typer.Option(
+        None, "--judge-model", help="The judge's RM folder for the vs-gold figures (judge.kind "
+                                    "heldout_rm: what `rlhf judge` wrote)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -186,6 +243,7 @@ def reward(
     t0 = time.perf_counter()
     try:
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
+                judge=_judge(params, judge_model),
                 log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
@@ -283,4 +341,54 @@ def difficulty(
         ("corr(score, RM score)", m["corr_score_rm"]),
         (f"batches of {m['sampler_batch_size']} covering every bucket and cluster",
          m["sampler_full_coverage_share"]),
+    ])
+
+
+def demos(
+    store: Path = typer.Option(..., "--store", help="Store root (prompts, external_pairs, pool)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder: demonstrations.jsonl, tokenizer/, "
+                             "model_config/."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
+) -> None:
+    """Demonstrations from human labels (+ a tiny tokenizer and model config) for SFT."""
+    from rlhf.pipeline.demos import run
+
+    cfg = load_config(params, "demos")
+    _need_dir(store, "--store")
+    try:
+        m = run(cfg, store, out)
+    except (OSError, ValueError) as exc:
+        fail(f"demos failed: {exc}")
+    write_metrics("demos", m, metrics, report_path)
+    _table(f"demos -> {out}", [("demonstrations", m["n_demonstrations"]),
+                               *[(f"  from {k}", v) for k, v in m["by_source"].items()],
+                               ("tokenizer vocabulary", m["tokenizer_vocab"])])
+
+
+def judge(
+    preferences_dir: Path = typer.Option(..., "--preferences", help="`preferences` table folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="The held-out gold RM folder."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
+) -> None:
+    """Train the held-out gold RM (judge.kind heldout_rm) on the `gold` split of the labels."""
+    from rlhf.pipeline.judges import train_heldout_judge
+
+    cfg = load_config(params, "judge")
+    _need_dir(preferences_dir, "--preferences")
+    t0 = time.perf_counter()
+    try:
+        m = train_heldout_judge(cfg, preferences_dir, out)
+    except (OSError, ValueError) as exc:
+        fail(f"judge failed: {exc}")
+    write_metrics("judge", m, metrics, report_path)
+    _table(f"judge -> {out}  [{time.perf_counter() - t0:.0f}s]", [
+        ("backbone", m["backbone"]), ("gold pairs (prompts)",
+                                      f"{m['n_gold_pairs']} ({m['n_gold_prompts']})"),
+        ("label sources", ", ".join(m["sources"])),
+        (f"accuracy on the proxies' {m['n_heldout_pairs']} held-out pairs",
+         m.get("heldout_pair_accuracy")),
     ])

@@ -35,6 +35,8 @@ SECTIONS: dict[str, str] = {
     "reward": "rlhf.pipeline.reward.stage:RewardConfig",
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
     "eval": "rlhf.pipeline.eval:EvalConfig",
+    "judge": "rlhf.pipeline.judges:JudgeConfig",
+    "demos": "rlhf.pipeline.demos:DemosConfig",
 }
 
 

@@ -8,8 +8,9 @@ model overoptimization": gold and proxy reward against sqrt(KL) to the reference
 
 Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved),
 on the held-out prompts (every member of the eval-split clusters, pipeline/eval_prompts.py):
-gold-judge mean, light and strong RM means, win rate against SFT by the gold judge (ties count
-one half), KL(policy || SFT reference) per response, response length, repetition rate.
+the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/judges.py;
+the report and the metrics name it), light and strong RM means, win rate against SFT by the judge
+(ties count one half), KL(policy || SFT reference) per response, response length, repetition rate.
 
 Sampling, not greedy: the policies are trained and used as samplers (PPO's temperature/top_p,
 read from the `ppo` section), and the sequence KL is an expectation under the policy, so summing
@@ -180,12 +181,15 @@ def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) ->
 # --------------------------------------------------------------------------- the stage
 def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
              strong_rm: str | Path, prompts: list[tuple[str, str]], temperature: float,
-             top_p: float, progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """(curve rows, sample rows): every policy sampled on every prompt and scored."""
+             top_p: float, progress: bool = True, judge=None) -> tuple[list[dict], list[dict]]:
+    """(curve rows, sample rows): every policy sampled on every prompt and scored; `judge` a
+    pipeline/judges.Judge (None: the world's gold judge)."""
     import torch
+    from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.policy import load_policy
     from rlhf.pipeline.ppo.scoring import load_scorer
-    from rlhf.pipeline.world.judge import gold_score
+
+    judge = judge if judge is not None else WorldGoldJudge()
 
     ref, tok = load_policy(sft_path)
     ref.requires_grad_(False)
@@ -201,7 +205,7 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
             model = ref if folder is None else load_checkpoint_policy(sft_path, folder)
             outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
             responses = [o["response"] for o in outs]
-            gold = [gold_score(p, r) for p, r in zip(texts, responses)]
+            gold = score_all(judge, texts, responses)
             rm = {k: _score(s, texts, responses, cfg.batch_size) for k, s in scorers.items()}
             rep = [repetition_rate(r, cfg.repetition_ngram) for r in responses]
             sft_gold = gold if step == 0 else sft_gold
@@ -233,7 +237,7 @@ def write_curves(rows: list[dict], path: Path) -> None:
             w.writerow({k: (r[k] if k == "step" else f"{r[k]:.6g}") for k in CURVE_COLUMNS})
 
 
-def plot_overoptimisation(rows: list[dict], path: Path) -> None:
+def plot_overoptimisation(rows: list[dict], path: Path, judge_name: str = "world_gold") -> None:
     """Gold (left axis) and the two proxy RMs (right axis) against sqrt(KL), one point per
     checkpoint, labelled with its step: the Gao et al. 2022 picture."""
     import matplotlib
@@ -243,12 +247,12 @@ def plot_overoptimisation(rows: list[dict], path: Path) -> None:
 
     x = [r["sqrt_kl"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(x, [r["gold_mean"] for r in rows], "o-", color="black", label="gold judge")
+    ax.plot(x, [r["gold_mean"] for r in rows], "o-", color="black", label=f"judge: {judge_name}")
     for r in rows:
         ax.annotate(f"{r['step']}", (r["sqrt_kl"], r["gold_mean"]), textcoords="offset points",
                     xytext=(3, 5), fontsize=7)
     ax.set_xlabel("sqrt(KL(policy || SFT))  [sqrt(nats)]")
-    ax.set_ylabel("gold judge mean (0-5)")
+    ax.set_ylabel("judge mean")
     ax2 = ax.twinx()
     ax2.plot(x, [r["light_rm_mean"] for r in rows], "s--", color="tab:orange", label="light RM")
     ax2.plot(x, [r["strong_rm_mean"] for r in rows], "^--", color="tab:blue", label="strong RM")
@@ -284,22 +288,25 @@ def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path) -> None:
+def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path,
+                 judge_name: str = "world_gold") -> None:
     sft, last = rows[0], rows[-1]
     peak = max(rows, key=lambda r: r["gold_mean"])
     lines = [
         "# Evaluation: SFT vs PPO checkpoints on held-out prompts", "",
+        (f"Judge: `{judge_name}` (params.yaml `judge:`, pipeline/judges.py); `gold_mean` and the "
+         "win rate are its verdict."), "",
         (f"{n_prompts} held-out prompts (eval-split clusters), one sampled response per prompt "
         f"and policy (temperature {sampling['temperature']}, top-p {sampling['top_p']}, "
         f"max {sampling['max_new_tokens']} new tokens, seed {sampling['seed']}, the same seeds "
         "for every policy). KL is the exact KL(policy || SFT) over the full vocabulary, summed "
-        "over each response's tokens, averaged over responses. Win rate: gold judge, paired "
+        "over each response's tokens, averaged over responses. Win rate: the judge, paired "
         "with SFT's response to the same prompt, ties count 1/2. Step 0 is the SFT policy."), "",
         "| " + " | ".join(CURVE_COLUMNS) + " |",
         "|" + "---|" * len(CURVE_COLUMNS),
         *("| " + " | ".join(_fmt(r[k]) for k in CURVE_COLUMNS) + " |" for r in rows), "",
         "## Reading", "",
-        (f"- Gold: SFT {sft['gold_mean']:.3f} -> last checkpoint (step {last['step']}) "
+        (f"- Judge ({judge_name}): SFT {sft['gold_mean']:.3f} -> last checkpoint (step {last['step']}) "
         f"{last['gold_mean']:.3f} ({last['gold_mean'] - sft['gold_mean']:+.3f}); win rate "
         f"against SFT {last['win_rate']:.3f}."),
         (f"- Light RM (the PPO reward): {sft['light_rm_mean']:.3f} -> {last['light_rm_mean']:.3f};"
@@ -321,26 +328,30 @@ def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path) -
 
 def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
         strong_rm: str | Path, prompts_path: str | Path, out: str | Path,
-        temperature: float, top_p: float, progress: bool = True) -> dict:
-    """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics)."""
+        temperature: float, top_p: float, progress: bool = True, judge=None) -> dict:
+    """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics);
+    `judge`: a pipeline/judges.Judge (None: the world's gold judge)."""
+    from rlhf.pipeline.judges import WorldGoldJudge
     from rlhf.pipeline.policy import quiet_hf
+
+    judge = judge if judge is not None else WorldGoldJudge()
 
     quiet_hf()  # one torch thread (see policy.set_threads), no library progress bars
     out = Path(out)
     prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
     curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,
-                               temperature, top_p, progress)
+                               temperature, top_p, progress, judge)
     out.mkdir(parents=True, exist_ok=True)
     sampling = {"temperature": temperature, "top_p": top_p,
                 "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed}
     write_curves(curves, out / "curves.csv")
     with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
-    plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png")
+    plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png", judge.name)
     plot_bars(curves[0], curves[-1], out / "metrics_sft_vs_ppo.png")
-    write_report(curves, len(prompts), sampling, out / "report.md")
+    write_report(curves, len(prompts), sampling, out / "report.md", judge.name)
     rnd = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[-1].items()}
-    return {"n_prompts": len(prompts), "n_policies": len(curves),
+    return {"judge": judge.name, "n_prompts": len(prompts), "n_policies": len(curves),
             "sft": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[0].items()},
             "final": rnd, "gold_gain": round(curves[-1]["gold_mean"] - curves[0]["gold_mean"], 4),
             "sampling": sampling}

@@ -19,9 +19,11 @@ Row formats (one adapter per format, chosen per row by its keys):
 - hh-rlhf dialogues {"chosen", "rejected"}: the prompt is the first human turn; the pair goes to
   `external_pairs` for the reward stage;
 - OpenAssistant trees {"message_tree_id", "prompt": {..., "replies": [...]}}: the prompt is the
-  root; every group of ranked assistant siblings becomes pairs (better rank = chosen).
-Both public formats are open datasets: they carry a human preference (hh-rlhf's binary choice,
-OpenAssistant's review and ranking) but no per-row score, so they get `adapter_preference_score`.
+  root; every group of ranked assistant siblings becomes pairs (better rank = chosen);
+- MT-bench questions {"question_id", "category", "turns": [...]}: the prompt is the first turn.
+The public formats are open datasets: they carry a human preference or curation (hh-rlhf's binary
+choice, OpenAssistant's review and ranking, MT-bench's hand-written questions) but no per-row
+score, so they get `adapter_preference_score`.
 """
 
 from __future__ import annotations
@@ -375,6 +377,7 @@ def format_turns(turns: list[tuple[str, str]]) -> str:
 def adapt_hh_rlhf(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     """hh-rlhf {"chosen", "rejected"}: prompt = first human turn; the pair = the two last
     assistant turns after their shared history."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
     chosen, rejected = obj.get("chosen"), obj.get("rejected")
     if not isinstance(chosen, str) or not isinstance(rejected, str):
         rec.reject("bad_type")
@@ -431,12 +434,12 @@ def _oasst_pairs(node: dict[str, Any], path: list[tuple[str, str]], out: list[di
 
 def adapt_oasst(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     """OpenAssistant tree: prompt = root text; ranked assistant siblings -> pairs."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
     root = obj.get("prompt")
     if not isinstance(root, dict):
         rec.reject("bad_type")
         return
     _set_text(rec, root.get("text"))
-    rec.source_type = "open_dataset"
     reviewed = root.get("review_result") is not False and not root.get("deleted")
     score = cfg.adapter_preference_score if reviewed else 0.0
     rec.provenance = {"dataset": "oasst", "preference_score": score, "adapter": "oasst",
@@ -453,9 +456,27 @@ def adapt_oasst(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
             rec.pairs.clear()
 
 
+def adapt_mt_bench(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
+    """MT-bench {"question_id", "category", "turns"}: prompt = the first turn (the second turn
+    follows up on a model's answer, so it is no prompt on its own)."""
+    rec.source_type = "open_dataset"  # the format says so, even when the row cannot be read
+    turns = obj.get("turns")
+    if not isinstance(turns, list) or not turns:
+        rec.reject("bad_type")
+        return
+    _set_text(rec, turns[0])
+    rec.provenance = {"dataset": "mt-bench", "preference_score": cfg.adapter_preference_score,
+                      "adapter": "mt-bench", "question_id": obj.get("question_id"),
+                      "category": obj.get("category")}
+    if cfg.adapter_preference_score <= cfg.min_preference:
+        rec.reject("low_preference")
+
+
 def adapt(rec: Record, obj: Any, cfg: IngestConfig) -> None:
     if not isinstance(obj, dict):
         rec.reject("bad_json")
+    elif "question_id" in obj and "turns" in obj and "text" not in obj:
+        adapt_mt_bench(rec, obj, cfg)
     elif "chosen" in obj and "rejected" in obj and "text" not in obj:
         adapt_hh_rlhf(rec, obj, cfg)
     elif "message_tree_id" in obj and isinstance(obj.get("prompt"), dict):

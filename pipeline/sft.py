@@ -214,6 +214,7 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
     prompts = sorted({clean(r["prompt"]) for r in held})[: cfg.eval_prompts]
     model, tok = load_policy(out_dir)
     judge = judge or default_judge()
+    metrics["judge"] = getattr(judge, "name", "world_gold")
     metrics.update(judge_policy(model, tok, prompts, judge, cfg))
     # the demonstrations themselves, judged the same way: the ceiling SFT can imitate
     metrics["gold_mean_demonstrations"] = (

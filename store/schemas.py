@@ -30,13 +30,17 @@ REASON_CODES: dict[str, str] = {
     "synthetic": "OpenAssistant prompt written by a model, not a human (its `synthetic` flag)",
     "unreadable": "the rest of a source file could not be read (corrupt archive or parquet file)",
     "control_char": "prompt holds a control character (NUL, ESC, DEL, ...; tab and newlines are text)",
+    # preference labels (the `preferences` stage's human-label mode, table `rejected_labels`)
+    "unknown_prompt": "a preference label for a prompt that is not in the store's prompts table",
+    "equal_responses": "a preference pair (or ranking) whose responses are the same text",
 }
 
 # Codes the embedded world does not plant: those only adapters of external formats or unreadable
 # files produce, and control characters (real-world exports; tests plant them). The world plants
 # every other code in its sources.
 EXTERNAL_ONLY_CODES: frozenset[str] = frozenset({"bad_record", "synthetic", "unreadable",
-                                                 "control_char"})
+                                                 "control_char", "unknown_prompt",
+                                                 "equal_responses"})
 
 SOURCE_TYPES: tuple[str, ...] = ("human", "user_query", "open_dataset")
 
@@ -86,6 +90,18 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("prompt_id", pa.string()),  # null when the text could not be decoded
         pa.field("raw", pa.string()),  # the offending line, truncated to 2,000 characters
         doc="Quarantine: rows rejected by ingest, each with its reason codes.",
+    ),
+    # Preference labels the `preferences` stage rejected (human-label mode: ingest's
+    # external_pairs and the annotation queue), the same columns as `rejected`; source_type holds
+    # the label source (hh-rlhf / oasst / queue).
+    "rejected_labels": _schema(
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("source_line", pa.int64(), nullable=False),
+        pa.field("source_type", pa.string()),
+        pa.field("reasons", pa.list_(pa.string()), nullable=False),  # codes of REASON_CODES
+        pa.field("prompt_id", pa.string()),
+        pa.field("raw", pa.string()),
+        doc="Quarantine of preference labels, each with its reason codes.",
     ),
     # Preference pairs that public datasets ship with their prompts (hh-rlhf chosen/rejected,
     # OpenAssistant ranked sibling replies), kept by ingest for the reward stage. `context` is the
@@ -180,7 +196,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("rank", pa.int32(), nullable=False),  # 0 = best within the ranking
         pa.field("source", pa.string(), nullable=False),  # annotator / hh-rlhf / oasst
         pa.field("response_source", pa.string(), nullable=False),  # policy / demonstration / human
-        pa.field("split", pa.string(), nullable=False),  # train / heldout, by prompt hash
+        pa.field("split", pa.string(), nullable=False),  # train / heldout / gold, by prompt hash
         pa.field("gold_score", pa.float32()),  # the world's gold judge (analysis only) or null
         doc="Preference rankings with annotator id and time (seed 000 §3.4, seed 001 §3.1).",
     ),

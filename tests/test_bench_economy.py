@@ -83,7 +83,7 @@ def table(report: str, heading: str) -> dict[str, dict[str, str]]:
 def test_saved_result_survives_a_new_default_off_switch_not_a_changed_value():
     import economy
 
-    spec = {"arm": {"trainer": "ppo"}, "steps": 4,
+    spec = {"arm": {"trainer": "ppo"}, "steps": 4, "judge": economy.WORLD_JUDGE,
             "base_config": {"learning_rate": 3e-5, "escalate_below": 0.0}}
     older = {**spec, "base_config": {"learning_rate": 3e-5}}  # saved before escalate_below
     assert economy.spec_matches(older, spec)  # the field's default (0.0) is what it ran with
@@ -91,6 +91,39 @@ def test_saved_result_survives_a_new_default_off_switch_not_a_changed_value():
     assert not economy.spec_matches(changed, spec)
     assert not economy.spec_matches({**spec, "steps": 8}, spec)
     assert not economy.spec_matches(None, spec)
+
+
+def test_the_benchmark_reads_its_judge_from_params(tmp_path):
+    """bench/economy.py judges with params.yaml's `judge:` (here a saved RM), scores with it and
+    keeps results of two judges apart; a setup without one is the world's gold judge."""
+    import argparse
+
+    import economy
+    import ppo_tiny
+    from params_file import write_params
+    from rlhf.pipeline.judges import load_judge
+
+    rm = ppo_tiny.build_world(tmp_path / "w")["reward"]
+    params = write_params(tmp_path / "p.yaml", judge={"kind": "rm", "model": str(rm)})
+    args = argparse.Namespace(quick=False, params=params, judge_model=None)
+    setup = {"judge": economy.judge_setup(args), "hashes": {}, "eval": {}}
+    assert setup["judge"]["spec"]["name"] == f"rm:{rm}" and setup["judge"]["spec"]["model_hash"]
+    judge = economy.judge_of(setup)
+    direct = load_judge(_judge_cfg(setup))
+    texts = (["Why is the sky blue?"] * 2, ["Light scatters.", "banana banana"])
+    assert judge.score(*texts) == direct.score(*texts)
+    world = economy.spec_of({"hashes": {}, "eval": {}}, "sft")
+    assert world["judge"] == economy.WORLD_JUDGE
+    assert not economy.spec_matches(world, economy.spec_of(setup, "sft"))
+    assert economy.spec_matches({"hashes": {}, "eval": {}}, world)  # saved before the judge
+
+
+def _judge_cfg(setup):
+    from rlhf.pipeline.judges import JudgeConfig
+    from rlhf.pipeline.reward.train import RmTrainConfig
+
+    cfg = dict(setup["judge"]["config"])
+    return JudgeConfig(**{**cfg, "train": RmTrainConfig(**cfg["train"])})
 
 
 def test_quick_run_writes_a_report_with_real_numbers(tmp_path):

@@ -104,7 +104,7 @@ def _params(tmp_path, **eval_kw):
           "batch_size": 4, **eval_kw}
     from params_file import write_params
 
-    return write_params(tmp_path / "params.yaml", ppo=dict(ppo_tiny.PARAMS), eval=ev)
+    return write_params(tmp_path / "params.yaml", ppo=dict(ppo_tiny.PARAMS), eval=ev, judge={})
 
 
 def _invoke(args):

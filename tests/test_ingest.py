@@ -574,3 +574,23 @@ def test_cli_an_output_path_that_cannot_be_written_is_one_error(world_sources, t
         out = CliRunner().invoke(app, ["ingest", "--sources", str(sources), *extra])
         assert out.exit_code == 2 and isinstance(out.exception, SystemExit), out.output
         assert f"error: {message}" in out.output and "a_file" in out.output
+
+
+def test_mt_bench_adapter_first_turn_open_dataset(tmp_path):
+    src = tmp_path / "mt.jsonl"
+    src.write_text(json.dumps({"question_id": 81, "category": "writing",
+                               "turns": ["Write a haiku about rain.", "Now in French."]}) + "\n"
+                   + json.dumps({"question_id": 82, "category": "math", "turns": []}) + "\n")
+    res = run_ingest([src], tmp_path / "store", CFG)
+    assert res.kept == 1 and res.rejected == 1 and res.by_reason["bad_type"] == 1
+    row = read_table("prompts", tmp_path / "store" / "prompts").to_pylist()[0]
+    assert row["text"] == "Write a haiku about rain." and row["source_type"] == "open_dataset"
+    prov = json.loads(row["provenance"])
+    assert prov["dataset"] == "mt-bench" and prov["question_id"] == 81
+
+
+def test_realdata_mt_bench_reads_every_question(realdata, tmp_path):
+    mt = realdata / "FastChat__mt_bench_question.jsonl"
+    res = run_ingest([mt], tmp_path / "store", CFG)
+    assert res.input_rows == res.kept + res.rejected == 80
+    assert res.by_reason.get("bad_type", 0) == 0  # every row is read by the adapter

@@ -196,7 +196,8 @@ REWARD_PARAMS = {"reward": {
     "light": {"epochs": 8, "groups_per_batch": 8},
     "rollout_prompts": 30, "rollout_k": 3, "eval_prompts": 20, "eval_k": 2,
     "max_new_tokens": 16, "external_sources": []},
-    "ppo": {}}  # the reward stage reads PPO's sampling settings
+    "ppo": {},  # the reward stage reads PPO's sampling settings
+    "judge": {}}  # ... and its judge
 REWARD_TIMING = ("seconds", "speed_ratio")
 
 

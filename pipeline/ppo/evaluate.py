@@ -1,8 +1,8 @@
 """Held-out gold evaluation of a PPO run: the gold judge's scores of the SFT policy and of the
 PPO policy on the same held-out prompts, with the same sampling (what `artifacts/metrics/ppo.json`
 reports), sampled exactly as PPO samples (`generate.sampling_of(cfg)`; the eval stage and
-bench/economy.py use the same settings). The judge (rlhf.pipeline.world.judge.gold_score) never
-trains anything.
+bench/economy.py use the same settings). The judge is the one params.yaml's `judge:` section names
+(pipeline/judges.py; the world's gold judge when none is given) and never trains anything.
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
     python -c "from rlhf.pipeline.ppo.evaluate import gold_eval; \
@@ -22,19 +22,20 @@ from pathlib import Path
 def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
               seed: int = 0, batch_size: int = 64, judge=None, per_prompt: bool = False) -> dict:
     """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos) at
-    `sampling` (generation.Sampling), scored by the gold judge:
+    `sampling` (generation.Sampling), scored by `judge` (a pipeline/judges.Judge or a plain
+    (prompt, response) -> float; None: the world's gold judge):
     {n, gold_mean, gold_std, response_tokens_mean} (+ `scores`, in prompt order, if
     `per_prompt`)."""
+    from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.policy import load_policy, sample
 
-    if judge is None:
-        from rlhf.pipeline.world.judge import gold_score as judge
+    judge = judge if judge is not None else WorldGoldJudge()
     model, tok = load_policy(policy_path)
     texts = [t for _, t in prompts]
     outs = sample(model, tok, texts, n=1, max_new_tokens=sampling.max_new_tokens,
                   temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
                   batch_size=batch_size)
-    scores = [judge(p, o[0].response) for p, o in zip(texts, outs)]
+    scores = score_all(judge, texts, [o[0].response for o in outs])
     n = len(scores)
     mean = sum(scores) / n if n else float("nan")
     std = math.sqrt(sum((x - mean) ** 2 for x in scores) / (n - 1)) if n > 1 else 0.0
@@ -46,17 +47,20 @@ def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
 
 
 def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, sampling,
-            seed: int) -> dict:
+            seed: int, judge=None) -> dict:
     """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
-    sampled alike (the same seed: a paired comparison)."""
+    sampled alike (the same seed: a paired comparison), scored by `judge` (None: world gold);
+    the report names the judge."""
     from rlhf.pipeline.eval_prompts import held_out_prompts
+    from rlhf.pipeline.judges import WorldGoldJudge
 
     prompts = held_out_prompts(store_root)
     if not prompts:
         raise ValueError(f"no held-out (eval-split) prompts in {store_root}")
-    sft = gold_eval(sft_path, prompts, sampling, seed)
-    ppo = gold_eval(ppo_path, prompts, sampling, seed)
-    return {"n_prompts": len(prompts), "sft": sft, "ppo": ppo,
+    judge = judge if judge is not None else WorldGoldJudge()
+    sft = gold_eval(sft_path, prompts, sampling, seed, judge=judge)
+    ppo = gold_eval(ppo_path, prompts, sampling, seed, judge=judge)
+    return {"judge": judge.name, "n_prompts": len(prompts), "sft": sft, "ppo": ppo,
             "gold_gain": round(ppo["gold_mean"] - sft["gold_mean"], 4),
             "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
                          "max_new_tokens": sampling.max_new_tokens, "seed": seed}}
@@ -65,7 +69,6 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
 def rollouts_used(rollouts: str | Path, run_id: str) -> int:
     """Rows of the run in the `rollouts` table (every generated response, fallbacks included)."""
     import pyarrow.parquet as pq
-
     from rlhf.store.rollouts import run_shards
 
     return sum(pq.ParquetFile(p).metadata.num_rows for _, _, p in run_shards(rollouts, run_id))
@@ -75,7 +78,6 @@ def escalated_rollouts(rollouts: str | Path, run_id: str) -> int:
     """Rows of the run re-scored by the strong RM (tier 2, seed 001 §4.1 Level 2)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
     from rlhf.store.rollouts import run_shards
 
     return sum(int(pc.sum(pc.equal(pq.read_table(p, columns=["tier"])["tier"], 2)).as_py() or 0)

@@ -66,7 +66,9 @@ def onpolicy_set(policy, tokenizer, prompts: Sequence[str], k: int, temperature:
         groups.append(list(range(len(rs), len(rs) + len(ss))))
         ps += [p] * len(ss)
         rs += [s.response for s in ss]
-    return OnPolicySet(ps, rs, [judge(p, r) for p, r in zip(ps, rs)], groups)
+    from rlhf.pipeline.judges import score_all
+
+    return OnPolicySet(ps, rs, score_all(judge, ps, rs), groups)
 
 
 def onpolicy_report(scores: Sequence[float], data: OnPolicySet) -> dict:

@@ -34,7 +34,7 @@ from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
-from rlhf.pipeline.reward.onpolicy import spearman  # noqa: F401  (bench/light_rm.py uses it)
+from rlhf.pipeline.reward.onpolicy import spearman  # also bench/light_rm.py's
 from rlhf.pipeline.reward.train import RmTrainConfig
 
 
@@ -63,6 +63,9 @@ class RewardConfig:
     batch_size: int = 64  # generation and scoring batch
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
+    # the preferences rows the RMs train on, by `source`: the annotators' rankings (embedded
+    # default) or human labels (realdata profile: hh-rlhf, oasst, queue)
+    train_sources: list[str] = field(default_factory=lambda: ["annotator"])
     hack_fraction: float = 0.0  # share of the training rankings' responses given a hacked twin
     # (a sentence repeated, keyword salad, cut short: reward/augment.HACKS), re-scored by the judge
     distill_hacks: int = 0  # hacked twins added to each rollout prompt's group of SFT samples in
@@ -309,58 +312,261 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
 # the stage
 
 
-def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
-        out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
-        pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
-        judge: Callable[[str, str], float] | None = None,
-        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None) -> dict[str, Any]:
-    """Train, calibrate, distil and report. `ppo_sampling` (generation.Sampling): how PPO will
-    sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
-    None: this section's temperature, top-p 1."""
-    import torch
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
-    from rlhf.pipeline.preferences import expand_pairs
-    from rlhf.pipeline.reward.confidence import (
-        accuracy_by_confidence,
-        fit_temperature,
-    )
-    from rlhf.pipeline.reward.distill import build_light, distill
-    from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
-    from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
-    from rlhf.store.io import read_table, staged_folders, write_text_atomic
+@dataclass
+class TrainingData:
+    """What the RMs learn from: the train-source rankings and their pairs."""
 
-    quiet_hf()
-    t_start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    if judge is None:
-        from rlhf.pipeline.world.judge import gold_score as judge
+    rows: list[dict]  # every row of the preferences table (drift reads them all)
+    ann_rows: list[dict]  # the rows of reward.train_sources
+    train_pairs: list[dict]  # + adversarial and hacked-twin pairs
+    held_pairs: list[dict]
+    report: dict[str, Any]
+
+
+def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
+    """Step 1: the rankings of `reward.train_sources` as pairs, plus the adversarial pairs and
+    the hacked twins (reward/augment.py), each ordered by the judge."""
+    from rlhf.pipeline.preferences import expand_pairs
+    from rlhf.store.io import read_table
+
     rows = read_table("preferences", preferences_dir).to_pylist()
-    ann_rows = [r for r in rows if r["source"] == "annotator"]
+    ann_rows = [r for r in rows if r["source"] in cfg.train_sources]
     if not ann_rows:
-        raise ValueError(f"no annotator rankings in {preferences_dir}")
+        raise ValueError(f"no rankings from {cfg.train_sources} (reward.train_sources) in "
+                         f"{preferences_dir}")
     pairs = expand_pairs(ann_rows)
     train_pairs = [p for p in pairs if p["split"] == "train"]
     held_pairs = [p for p in pairs if p["split"] == "heldout"]
     if not train_pairs or not held_pairs:
         raise ValueError("need annotator pairs in both the train and the heldout split")
+    extra = []
     if cfg.adversarial_fraction > 0:
         from rlhf.pipeline.reward.augment import augment_pairs
 
         extra = augment_pairs(train_pairs, cfg.adversarial_fraction, judge, seed=cfg.seed)
         for p in extra:
             p.update(prompt_id="adv:" + p["prompt"], split="train")
-        train_pairs = train_pairs + extra
-    else:
-        extra = []
     hacks = hack_pairs(cfg, ann_rows, judge)
-    train_pairs = train_pairs + hacks
+    train_pairs = train_pairs + extra + hacks
+    return TrainingData(rows, ann_rows, train_pairs, held_pairs, {
+        "n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
+        "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks)})
+
+
+def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
+                 log) -> tuple[list, list[str]]:
+    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`."""
+    from rlhf.pipeline.reward.train import init_rm, train_rm
+
+    members, names = [], []
+    for i in range(cfg.n_ensemble):
+        log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
+        data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
+                if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
+        model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
+                            seed=cfg.seed + i)
+        name = f"member_{i}"
+        model.save_pretrained(folder / name)
+        tok.save_pretrained(folder / name)
+        members.append(model)
+        names.append(name)
+    return members, names
+
+
+def _calibration_halves(held_pairs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The held-out pairs that fit the confidence temperature, and the ones that report on it
+    (split by prompt hash; either falls back to all of them when empty)."""
+    from rlhf.store.hashing import hash_fraction
+
+    calib = [p for p in held_pairs if hash_fraction("calib:" + p["prompt_id"]) < 0.5]
+    report = [p for p in held_pairs if hash_fraction("calib:" + p["prompt_id"]) >= 0.5]
+    return calib or held_pairs, report or held_pairs
+
+
+def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, data: TrainingData,
+                     folder: Path):
+    """Step 3: references (each member's mean score of the train-split responses), the
+    confidence temperature; saves the scorer file. Returns (strong scorer, report)."""
+    from rlhf.pipeline.reward.confidence import accuracy_by_confidence, fit_temperature
+    from rlhf.pipeline.reward.scorer import Scorer, save_scorer
+
+    ref_prompts, ref_resps = _references(data)
+    raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
+                 cfg.batch_size, cfg.confidence_gate)
+    raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
+    references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
+    strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
+                    cfg.batch_size, cfg.confidence_gate)
+    strong.memo = raw.memo  # the report scores the same texts several ways: once each
+    held = data.held_pairs
+    calib, report_half = _calibration_halves(held)
+    strong.temperature = fit_temperature(_pair_margins(strong, calib))
+    save_scorer(folder, names, references, strong.temperature, cfg.aggregation,
+                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
+    margins = _pair_margins(strong, held)  # [members, pairs]
+    gold_held = _gold_pairs(held)
+    gold_margins = _pair_margins(strong, gold_held)
+    return strong, {
+        "temperature": strong.temperature,
+        "references": references,
+        "heldout_accuracy_members": [_accuracy(m) for m in margins],
+        "heldout_accuracy_mean": _accuracy(margins.mean(0)),
+        "heldout_accuracy_min": _accuracy(margins.min(0).values),
+        "heldout_accuracy_vs_gold": _accuracy(gold_margins.mean(0)),
+        "annotator_heldout_agreement_with_gold": (
+            sum(p["gold_chosen"] > p["gold_rejected"] for p in gold_held) / len(gold_held)
+            if gold_held else None),
+        "accuracy_by_confidence": accuracy_by_confidence(_pair_margins(strong, report_half),
+                                                         strong.temperature),
+        "accuracy_by_confidence_vs_gold": accuracy_by_confidence(gold_margins,
+                                                                 strong.temperature),
+    }
+
+
+def _references(data: TrainingData) -> tuple[list[str], list[str]]:
+    """The train-split (prompt, response) texts whose mean score is each RM's zero."""
+    rows = [r for r in data.ann_rows if r["split"] == "train"]
+    return [r["prompt"] for r in rows], [r["response"] for r in rows]
+
+
+def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, policy, ptok,
+                  rollout_prompts: Sequence[str], data: TrainingData, sft_dir, demos_path,
+                  ppo_sampling, folder: Path, out_strong: Path, log):
+    """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
+    on them, its reference and temperature; saved to `folder`. Returns (light scorer, report)."""
+    from rlhf.pipeline.reward.confidence import fit_temperature
+    from rlhf.pipeline.reward.distill import build_light, distill
+    from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
+
+    log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
+    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, data.ann_rows,
+                                             demos_path, ppo_sampling)
+    targets, _ = strong(d_prompts, d_resps)
+    ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
+    log(f"distilling the light RM on {len(ids)} strong-RM labels")
+    t0 = time.perf_counter()
+    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
+                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
+    seconds = round(time.perf_counter() - t0, 1)
+    ref_prompts, ref_resps = _references(data)
+    light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
+                       cfg.batch_size, cfg.confidence_gate)
+    light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
+    light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
+                   cfg.batch_size, cfg.confidence_gate)
+    calib, _ = _calibration_halves(data.held_pairs)
+    light.temperature = fit_temperature(_pair_margins(light, calib))
+    light_model.save_pretrained(folder)
+    light_tok.save_pretrained(folder)
+    save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
+                {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
+    return light, {
+        "light_train_seconds": seconds,
+        "n_distill_samples": len(ids),
+        "distill_final_loss": hist[-1]["loss"] if hist else None,
+        "light_heldout_accuracy": _accuracy(_pair_margins(light, data.held_pairs)[0]),
+        "light_heldout_accuracy_vs_gold": _accuracy(
+            _pair_margins(light, _gold_pairs(data.held_pairs))[0]),
+        "light_temperature": light.temperature,
+    }
+
+
+def fresh_figures(cfg: RewardConfig, strong, light, policy, ptok, eval_prompts: Sequence[str],
+                  demos_path, judge, log) -> dict[str, Any]:
+    """Step 5: fresh samples of unseen prompts: each RM against the judge, light vs strong,
+    sizes and the speed ratio, the confidence gate."""
+    from rlhf.pipeline.judges import score_all
+
+    log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
+    f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
+    gold = score_all(judge, f_prompts, f_resps)
+    memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
+    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
+    (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
+    strong.memo.update(memo)
+    s_rew, s_conf = s_out
+    l_rew, _ = l_out
+    s_min, _ = strong(f_prompts, f_resps, aggregation="min")
+    gold_ref = sum(gold) / len(gold) if gold else 0.0
+    sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
+    pol = [i for i, f in enumerate(f_policy) if f]
+    return {
+        "n_fresh_samples": len(f_resps),
+        "n_fresh_policy_samples": len(pol),
+        "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
+        "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
+                                                        [gold[i] for i in pol]),
+        "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
+        "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
+        "spearman_members_vs_gold": [spearman(m.tolist(), gold)
+                                     for m in strong.member_rewards(f_prompts, f_resps)],
+        "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
+        "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
+        "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
+        "strong_params": strong.n_params,
+        "light_params": light.n_params,
+        "size_ratio": strong.n_params / light.n_params,
+        "strong_seconds": round(t_strong, 4),
+        "light_seconds": round(t_light, 4),
+        "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
+        "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
+        if len(s_conf) else None,
+        "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
+    }
+
+
+def onpolicy_headlines(onpolicy: dict[str, Any]) -> dict[str, Any]:
+    """The on-policy figures the metrics file lists (HEADLINES in cli/common.py)."""
+    out = {}
+    for rm in ("strong", "light"):
+        out[f"spearman_{rm}_vs_gold_onpolicy"] = onpolicy[rm]["spearman"]
+        out[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = onpolicy[rm][
+            "spearman_within_prompt"]
+        out[f"hack_agreement_{rm}"] = onpolicy[rm]["hacks"]["all"]["agreement"]
+    return out
+
+
+class _Phases:
+    """Wall seconds per named step (the report's `phase_seconds`: where the stage's time goes)."""
+
+    def __init__(self, log) -> None:
+        self.seconds: dict[str, float] = {}
+        self.log = log
+
+    def __call__(self, name: str, fn, *args, **kwargs):
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        self.seconds[name] = round(time.perf_counter() - t, 1)
+        return out
+
+
+def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
+        out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
+        pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
+        judge: Callable[[str, str], float] | None = None,
+        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None) -> dict[str, Any]:
+    """Train, calibrate, distil and report, step by step (the functions above, in order); the
+    report's `phase_seconds` times each. `ppo_sampling` (generation.Sampling): how PPO will
+    sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
+    None: this section's temperature, top-p 1."""
+    import torch
+    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.reward.train import resolve_backbone
+    from rlhf.store.io import staged_folders, write_text_atomic
+
+    quiet_hf()
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    if judge is None:
+        from rlhf.pipeline.world.judge import gold_score as judge
+    step = _Phases(log)
+    data = step("training_pairs", training_data, cfg, preferences_dir, judge)
     init = resolve_backbone(cfg.backbone, sft_dir)
     tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
     # the light RM: layers of the SFT policy (the policy's tokenizer) or of the strong RM (its own)
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
-    metrics: dict[str, Any] = {"n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
-                               "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks),
-                               "backbone": cfg.backbone}
+    metrics: dict[str, Any] = {**data.report, "backbone": cfg.backbone,
+                               "judge": getattr(judge, "name", "world_gold")}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
@@ -368,143 +574,29 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     out_strong, out_light = Path(out_strong), Path(out_light)
     with staged_folders([out_strong, out_light]) as staged:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
-        # 1. the strong ensemble ---------------------------------------------------------------
-        members, names, t0 = [], [], time.perf_counter()
-        for i in range(cfg.n_ensemble):
-            log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
-            data = _bootstrap(train_pairs, cfg.seed + 1000 + i) if cfg.bootstrap and cfg.n_ensemble > 1 \
-                else train_pairs
-            model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train, seed=cfg.seed + i)
-            name = f"member_{i}"
-            model.save_pretrained(strong_dir / name)
-            tok.save_pretrained(strong_dir / name)
-            members.append(model)
-            names.append(name)
-        metrics["strong_train_seconds"] = round(time.perf_counter() - t0, 1)
-
-        # 2. references and calibration --------------------------------------------------------
-        ref_prompts = [r["prompt"] for r in ann_rows if r["split"] == "train"]
-        ref_resps = [r["response"] for r in ann_rows if r["split"] == "train"]
-        raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
-                     cfg.batch_size, cfg.confidence_gate)
-        raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
-        references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
-        strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
-                        cfg.batch_size, cfg.confidence_gate)
-        strong.memo = raw.memo  # the report scores the same texts several ways: once each
-        from rlhf.store.hashing import hash_fraction as _fraction
-
-        calib = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) < 0.5]
-        report = [p for p in held_pairs if _fraction("calib:" + p["prompt_id"]) >= 0.5] or held_pairs
-        strong.temperature = fit_temperature(_pair_margins(strong, calib or held_pairs))
-        save_scorer(strong_dir, names, references, strong.temperature, cfg.aggregation,
-                    cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
-
-        margins = _pair_margins(strong, held_pairs)  # [members, pairs]
-        gold_held = _gold_pairs(held_pairs)
-        gold_margins = _pair_margins(strong, gold_held)
-        metrics.update({
-            "temperature": strong.temperature,
-            "references": references,
-            "heldout_accuracy_members": [_accuracy(m) for m in margins],
-            "heldout_accuracy_mean": _accuracy(margins.mean(0)),
-            "heldout_accuracy_min": _accuracy(margins.min(0).values),
-            "heldout_accuracy_vs_gold": _accuracy(gold_margins.mean(0)),
-            "annotator_heldout_agreement_with_gold": (
-                sum(p["gold_chosen"] > p["gold_rejected"] for p in gold_held) / len(gold_held)
-                if gold_held else None),
-            "accuracy_by_confidence": accuracy_by_confidence(_pair_margins(strong, report),
-                                                             strong.temperature),
-            "accuracy_by_confidence_vs_gold": accuracy_by_confidence(
-                gold_margins, strong.temperature),
-        })
-
-        # 3. rollouts, distillation --------------------------------------------------------------
+        members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
+                              strong_dir, log)
+        metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
+        strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
+                              data, strong_dir)
+        metrics.update(report)
         policy, ptok = load_policy(sft_dir)
-        exclude = {r["prompt_id"] for r in ann_rows}
+        exclude = {r["prompt_id"] for r in data.ann_rows}
         rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
-        log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
-        d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, ann_rows,
-                                                 demos_path, ppo_sampling)
-        targets, _ = strong(d_prompts, d_resps)
-        ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
-        log(f"distilling the light RM on {len(ids)} strong-RM labels")
-        t0 = time.perf_counter()
-        light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed,
-                                                str(strong_dir / names[0])),
-                                    light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
-        metrics["light_train_seconds"] = round(time.perf_counter() - t0, 1)
-        light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
-                           cfg.batch_size, cfg.confidence_gate)
-        light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
-        light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
-                       cfg.batch_size, cfg.confidence_gate)
-        light.temperature = fit_temperature(_pair_margins(light, calib or held_pairs))
-        light_model.save_pretrained(light_dir)
-        light_tok.save_pretrained(light_dir)
-        save_scorer(light_dir, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
-                    {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
-        light_margins = _pair_margins(light, held_pairs)
-        metrics.update({
-            "n_distill_samples": len(ids),
-            "distill_final_loss": hist[-1]["loss"] if hist else None,
-            "light_heldout_accuracy": _accuracy(light_margins[0]),
-            "light_heldout_accuracy_vs_gold": _accuracy(_pair_margins(light, gold_held)[0]),
-            "light_temperature": light.temperature,
-        })
-
-        # 4. fresh samples of unseen prompts: RM vs gold, light vs strong, speed ----------------
-        log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
-        f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
-        gold = [judge(p, r) for p, r in zip(f_prompts, f_resps)]
-        memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
-        (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
-        (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
-        strong.memo.update(memo)
-        s_rew, s_conf = s_out
-        l_rew, _ = l_out
-        s_min, _ = strong(f_prompts, f_resps, aggregation="min")
-        gold_ref = sum(gold) / len(gold) if gold else 0.0
-        sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
-        pol = [i for i, f in enumerate(f_policy) if f]
-        metrics.update({
-            "n_fresh_samples": len(f_resps),
-            "n_fresh_policy_samples": len(pol),
-            "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
-            "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
-                                                            [gold[i] for i in pol]),
-            "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
-            "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
-            "spearman_members_vs_gold": [spearman(m.tolist(), gold)
-                                         for m in strong.member_rewards(f_prompts, f_resps)],
-            "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
-            "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
-            "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
-            "strong_params": strong.n_params,
-            "light_params": light.n_params,
-            "size_ratio": strong.n_params / light.n_params,
-            "strong_seconds": round(t_strong, 4),
-            "light_seconds": round(t_light, 4),
-            "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
-            "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
-            if len(s_conf) else None,
-            "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
-        })
-
-        # 5. on PPO's own distribution: SFT samples of the ppo-split prompts as PPO samples them
-        if cfg.onpolicy_k:
-            metrics["onpolicy"] = onpolicy_figures(cfg, policy, ptok, rollout_prompts, strong,
-                                                   light, judge, ppo_sampling, log)
-            for rm in ("strong", "light"):
-                metrics[f"spearman_{rm}_vs_gold_onpolicy"] = metrics["onpolicy"][rm]["spearman"]
-                metrics[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = \
-                    metrics["onpolicy"][rm]["spearman_within_prompt"]
-                metrics[f"hack_agreement_{rm}"] = \
-                    metrics["onpolicy"][rm]["hacks"]["all"]["agreement"]
-
-        # 6. annotator drift, external human preferences -----------------------------------------
-        metrics["annotator_drift"] = annotator_drift(rows, cfg.drift_window_days)
-        metrics["external"] = external_accuracy(cfg, rows, init, tok, strong, log)
+        light, report = step("light_distillation", distill_light, cfg, strong,
+                             strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
+                             data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log)
+        metrics.update(report)
+        metrics.update(step("fresh_figures", fresh_figures, cfg, strong, light, policy, ptok,
+                            eval_prompts, demos_path, judge, log))
+        if cfg.onpolicy_k:  # on PPO's own distribution: SFT samples as PPO samples them
+            metrics["onpolicy"] = step("onpolicy_figures", onpolicy_figures, cfg, policy, ptok,
+                                       rollout_prompts, strong, light, judge, ppo_sampling, log)
+            metrics.update(onpolicy_headlines(metrics["onpolicy"]))
+        metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
+        metrics["external"] = step("external_rm", external_accuracy, cfg, data.rows, init, tok,
+                                   strong, log)
+    metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     if metrics_path:
         write_text_atomic(metrics_path, json.dumps(_jsonable(metrics), indent=2, sort_keys=True)
