@@ -65,10 +65,21 @@ ARMS: dict[str, Arm] = {
     # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
     "light_critic": Arm(base="seed", stratified=True,
                         overrides={"critic": "light", "reward_attention_on": True}),
+    # rollout economy II (issue 14): the prompt-embedding rollout scheduler alone on plain PPO
+    # (so its figures are against the baseline's own seeds); debug_rollouts keeps the texts the
+    # staleness check scores with the gold judge (it changes no update)
+    "scheduler": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True}),
+    # the same with a looser low threshold: at the seed's 0.3 (a tenth of a standardised
+    # variance ~1) the 7-of-10 rule skipped 4 of 644 decisions in a 40-step seed-0 calibration;
+    # 0.9 skipped ~15 % when replayed on that run's rewards (trigger-rate calibration only)
+    "scheduler_loose": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True,
+                                                    "schedule_low": 0.9, "schedule_high": 1.5}),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }
 BASELINE = "plain"
+# inputs only arms with a switch read: {setup path key: the PPOConfig switch that reads it}
+FEATURE_INPUTS = {"pool_embeddings": "schedule_on"}
 PEER_GROUP = 4  # GRPO / RLOO samples per prompt (16 rollouts a step = 4 prompts x 4)
 EVAL_POINTS = 6  # checkpoints per run besides SFT
 
@@ -125,6 +136,8 @@ def prepare(args) -> dict:
                "pool": a / "store" / "pool"}
         if (a / "store" / "difficulty").is_dir():
             src["difficulty"] = a / "store" / "difficulty"
+        if (a / "store" / "pool_embeddings").is_dir():  # the scheduler arm's prompt space
+            src["pool_embeddings"] = a / "store" / "pool_embeddings"
         missing = [str(p) for p in src.values() if not p.exists()]
         if missing:
             raise SystemExit(f"missing inputs (run `dvc repro ppo` first): {', '.join(missing)}")
@@ -132,13 +145,17 @@ def prepare(args) -> dict:
         strong = a / "models" / "rm_strong" if base.escalate_below > 0 else None
     hashes = {k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
               for k, v in src.items()}
+    # inputs only some arms read: in those arms' specs alone (spec_of), so adding one keeps
+    # every other arm's saved results valid
+    feature_hashes = {k: hashes.pop(k) for k in FEATURE_INPUTS if k in hashes}
     if strong:  # Level 2 escalation reads it in place (263 MB): hashed, not copied
         hashes["rm_strong"] = tree_hash(strong)
     old = json.loads((out / "setup.json").read_text()) if (out / "setup.json").exists() else {}
     inputs.mkdir(parents=True, exist_ok=True)
+    old_hashes = {**old.get("hashes", {}), **old.get("feature_hashes", {})}
     for k, v in src.items():
         dst = inputs / v.name
-        if old.get("hashes", {}).get(k) != hashes[k] or not dst.exists():
+        if old_hashes.get(k) != {**hashes, **feature_hashes}[k] or not dst.exists():
             shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink(missing_ok=True)
             (shutil.copytree if v.is_dir() else shutil.copy)(v, dst)
     if args.quick:
@@ -152,7 +169,11 @@ def prepare(args) -> dict:
         "paths": {k: str(inputs / v.name) for k, v in src.items()},
         "strong_reward": str(strong) if strong else None,
         "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
+        "feature_hashes": feature_hashes,
         "held_out": held, "base_config": asdict(base),
+        # held-out prompt -> difficulty bucket (its own, else its cluster representative's)
+        "held_out_buckets": ({} if args.quick else held_out_buckets(args.artifacts / "store",
+                                                                   src.get("difficulty"), held)),
         # held-out gold sampled as PPO samples (the ppo stage's and the eval stage's one rule)
         "eval": {"n_prompts": len(held), **asdict(sampling_of(base)), "seed": base.eval_seed},
     }
@@ -188,16 +209,41 @@ def spec_of(setup: dict, arm_name: str) -> dict:
     """What a saved result must share with the current setup to be reused."""
     if arm_name == "sft":
         return {"hashes": setup["hashes"], "eval": setup["eval"], "judge": judge_spec(setup)}
-    return {"arm": asdict(ARMS[arm_name]), "steps": setup["steps"], "points": setup["points"],
+    spec = {"arm": asdict(ARMS[arm_name]), "steps": setup["steps"], "points": setup["points"],
             "token_budget": setup["token_budget"], "hashes": setup["hashes"],
             "eval": setup["eval"], "base_config": setup["base_config"],
             "judge": judge_spec(setup)}
+    used = {k: v for k, v in setup.get("feature_hashes", {}).items()
+            if ARMS[arm_name].overrides.get(FEATURE_INPUTS[k])}
+    if used:
+        spec["feature_hashes"] = used
+    return spec
 
 
 def judge_spec(setup: dict) -> dict:
     """Who gives the verdict (params.yaml `judge:`, pipeline/judges.py): its kind, its name and
     the hash of its model folder, so results of two judges never mix."""
     return setup.get("judge", {}).get("spec", WORLD_JUDGE)
+
+
+def held_out_buckets(store: Path, difficulty: Path | None, held: list) -> dict[str, str]:
+    """{held-out prompt id: difficulty bucket}: the difficulty table covers the pool (every
+    split); a `similar` member takes its representative's bucket."""
+    if difficulty is None:
+        return {}
+    from rlhf.store.io import read_table
+
+    bucket = {r["prompt_id"]: r["bucket"] for r in
+              read_table("difficulty", difficulty).select(["prompt_id", "bucket"]).to_pylist()}
+    rep = {r["prompt_id"]: r["representative_id"] for r in
+           read_table("similar", store / "similar").select(
+               ["prompt_id", "representative_id"]).to_pylist()}
+    out = {}
+    for pid, _ in held:
+        b = bucket.get(pid) or bucket.get(rep.get(pid, ""))
+        if b is not None:
+            out[pid] = b
+    return out
 
 
 def result_path(out: Path, arm: str, seed: int | None) -> Path:
@@ -253,13 +299,26 @@ def judge_of(setup: dict):
 
 
 def gold_of(policy_folder: Path, setup: dict) -> dict:
+    """Held-out gold; with the setup's difficulty buckets also `by_bucket` (gold mean and count
+    per bucket of the held-out prompts: is the hard tail learning too?)."""
     from rlhf.pipeline.generation import Sampling
     from rlhf.pipeline.ppo.evaluate import gold_eval
 
     e = setup["eval"]
     sampling = Sampling(e["temperature"], e["top_p"], e["max_new_tokens"])
-    return gold_eval(policy_folder, [tuple(p) for p in setup["held_out"]], sampling, e["seed"],
-                     judge=judge_of(setup))
+    held = [tuple(p) for p in setup["held_out"]]
+    g = gold_eval(policy_folder, held, sampling, e["seed"], judge=judge_of(setup),
+                  per_prompt=True)
+    scores = g.pop("scores")
+    buckets = setup.get("held_out_buckets") or {}
+    if buckets:
+        by: dict[str, list[float]] = {}
+        for (pid, _), x in zip(held, scores):
+            if pid in buckets:
+                by.setdefault(buckets[pid], []).append(x)
+        g["by_bucket"] = {b: {"n": len(v), "gold_mean": round(sum(v) / len(v), 4)}
+                          for b, v in sorted(by.items())}
+    return g
 
 
 def gold_of_weights(weights: Path, setup: dict, scratch: Path) -> dict:
@@ -300,10 +359,13 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     if arm.trainer == "ppo":
         from rlhf.pipeline.ppo.trainer import run
 
+        scheduled = getattr(cfg, "schedule_on", False)
         run(cfg, paths["sft"], paths["rm_light"], paths["pool"], work, work / "rollouts",
             run_id=f"{arm_name}-seed{seed}", progress=False,
             difficulty=paths["difficulty"] if stratified else None,
-            strong_reward=setup["strong_reward"])
+            strong_reward=setup["strong_reward"],
+            **({"embeddings": paths["pool_embeddings"], "schedule": work / "schedule"}
+               if scheduled else {}))
         seconds_train = time.perf_counter() - t
         cum = {}
         for line in (work / "metrics.jsonl").read_text().splitlines():
@@ -331,7 +393,13 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     for step, tokens, pt in marks:
         g = gold_of_weights(pt, setup, work / "eval-policy")
         points.append({"step": step, "tokens": tokens, **g})
-    res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer,
+    extra = {}
+    if arm.trainer == "ppo" and getattr(cfg, "schedule_on", False):
+        from economy_schedule import job_figures  # trigger rate, staleness, SFT by bucket
+
+        extra["schedule"] = job_figures(work, f"{arm_name}-seed{seed}", cfg, setup, gold_of,
+                                        judge_of(setup))
+    res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer, **extra,
            "features_on": features_on(cfg) if arm.trainer == "ppo" else {},
            "stratified": stratified,
            "points": points, "cost": cost, "seconds_train": round(seconds_train, 2),

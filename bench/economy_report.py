@@ -187,6 +187,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               "default `--steps`, twice `ppo.total_steps`, ½ is about the `make run` "
               "budget)."), ""]
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
+    from economy_schedule import report_section as schedule_section  # issue 14
+
+    lines += schedule_section(runs, baseline)
     lines += _update_section(out)
     _write(report, lines, stale)
 

@@ -74,11 +74,22 @@ def dedup(
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
+    pool_embeddings_only: bool = typer.Option(
+        False, "--pool-embeddings-only", help="Only (re)write pool_embeddings for the existing "
+        "pool (the PPO rollout scheduler's input), through the same cache; no re-clustering."),
 ) -> None:
     """MiniLM embeddings + agglomerative dedup at cosine 0.35, similar library, topic clusters."""
-    from rlhf.pipeline.dedup import DedupError, run_dedup
+    from rlhf.pipeline.dedup import DedupError, run_dedup, write_pool_embeddings
 
     cfg = load_config(params, "dedup")
+    if pool_embeddings_only:
+        try:
+            n = write_pool_embeddings(store, cfg, cache)
+        except DedupError as exc:
+            fail(str(exc))
+        console.print(plain(f"pool_embeddings: {n:,} pool prompts ({cfg.model})"),
+                      highlight=False)
+        return
     try:
         with bar("embedding new prompts", unit="prompts") as embed, \
                 bar("clustering", unit="prompts") as cluster:

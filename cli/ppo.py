@@ -5,7 +5,8 @@
         --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts \
         --rm-scores artifacts/store/rm_scores --train-metrics artifacts/store/train_metrics \
         --checkpoint-table artifacts/store/checkpoints --difficulty artifacts/store/difficulty \
-        --heldout-store artifacts/store
+        --heldout-store artifacts/store \
+        --embeddings artifacts/store/pool_embeddings --schedule artifacts/store/schedule
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def ppo(
         None, help="The `checkpoints` table folder: one row per saved checkpoint (lineage audit)."),
     difficulty: Path | None = typer.Option(
         None, help="`difficulty` table folder: stratified batches (bucket x topic cluster)."),
+    embeddings: Path | None = typer.Option(
+        None, help="`pool_embeddings` table folder (dedup stage): the prompt space of the "
+                   "rollout scheduler (ppo.schedule_on; seed 001 §4.3)."),
+    schedule: Path | None = typer.Option(
+        None, help="The `schedule` table folder: every rollout-scheduler decision "
+                   "(rlhf audit schedule)."),
     heldout_store: Path | None = typer.Option(
         None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out prompts."),
     judge_model: Path | None = typer.Option(
@@ -53,7 +60,7 @@ def ppo(
     """Train the policy with PPO; `--resume` continues a killed run exactly."""
     cfg = load_config(params, "ppo")
     for name, path in (("prompts", prompts), ("difficulty", difficulty),
-                       ("heldout-store", heldout_store)):
+                       ("heldout-store", heldout_store), ("embeddings", embeddings)):
         if path is not None and not path.exists():
             fail(f"--{name} {path} does not exist")
     latest = out / "checkpoints" / "latest"
@@ -81,7 +88,8 @@ def ppo(
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
                    checkpoint_table=checkpoint_table, difficulty=difficulty,
                    strong_reward=strong_reward, rm_scores=rm_scores, train_metrics=train_metrics,
-                   deepspeed_config=deepspeed_config)
+                   deepspeed_config=deepspeed_config, embeddings=embeddings,
+                   schedule=schedule)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:

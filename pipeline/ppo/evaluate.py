@@ -20,11 +20,12 @@ from pathlib import Path
 
 
 def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
-              seed: int = 0, batch_size: int = 64, judge=None) -> dict:
+              seed: int = 0, batch_size: int = 64, judge=None, per_prompt: bool = False) -> dict:
     """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos) at
     `sampling` (generation.Sampling), scored by `judge` (a pipeline/judges.Judge or a plain
     (prompt, response) -> float; None: the world's gold judge):
-    {n, gold_mean, gold_std, response_tokens_mean}."""
+    {n, gold_mean, gold_std, response_tokens_mean} (+ `scores`, in prompt order, if
+    `per_prompt`)."""
     from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.policy import load_policy, sample
 
@@ -38,8 +39,11 @@ def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
     n = len(scores)
     mean = sum(scores) / n if n else float("nan")
     std = math.sqrt(sum((x - mean) ** 2 for x in scores) / (n - 1)) if n > 1 else 0.0
-    return {"n": n, "gold_mean": round(mean, 4), "gold_std": round(std, 4),
-            "response_tokens_mean": round(sum(o[0].n_tokens for o in outs) / max(n, 1), 2)}
+    res = {"n": n, "gold_mean": round(mean, 4), "gold_std": round(std, 4),
+           "response_tokens_mean": round(sum(o[0].n_tokens for o in outs) / max(n, 1), 2)}
+    if per_prompt:
+        res["scores"] = [float(x) for x in scores]
+    return res
 
 
 def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, sampling,

@@ -185,6 +185,15 @@ class Recorder:
             w.writerow([m["step"]] + [f"{m[c]:.6g}" for c in CSV_COLUMNS[1:]])
 
     # ----------------------------------------------------------------- store rows
+    def write_rows(self, step: int, tables: dict[str, list[dict]]) -> None:
+        """A hook's rows of `step` for per-step tables this run records (others are dropped):
+        computed alike on every process (the gates' decisions), so only the main one writes."""
+        if not self.main:
+            return
+        for table, rows in tables.items():
+            if table in self.tables and rows:
+                self.tables[table].write([{"run_id": self.paths.run_id, **r} for r in rows])
+
     def rows(self, step: int, r) -> list[dict]:
         """This step's rollout (and RM-score) rows of every process, appended by the main
         process's writers; returns every process's rollout rows (what observers see).

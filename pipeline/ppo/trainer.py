@@ -56,6 +56,7 @@ from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
                                         load_prompts, strata)
+from rlhf.pipeline.ppo.scheduler import PromptScheduler
 from rlhf.pipeline.ppo.schedules import KLController
 from rlhf.pipeline.ppo.tiers import Escalation, score_level1
 from rlhf.pipeline.ppo.update import Learner
@@ -72,11 +73,12 @@ class RunPaths:
     checkpoint_table: Path | None = None  # the `checkpoints` table folder (None: not recorded)
     rm_scores: Path | None = None  # the `rm_scores` table folder (None: not recorded)
     train_metrics: Path | None = None  # the `train_metrics` table folder (None: not recorded)
+    schedule: Path | None = None  # the rollout scheduler's `schedule` table (None: not recorded)
     checkpoints: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out, self.rollouts = Path(self.out), Path(self.rollouts)
-        for name in ("checkpoint_table", "rm_scores", "train_metrics"):
+        for name in ("checkpoint_table", "rm_scores", "train_metrics", "schedule"):
             if getattr(self, name) is not None:
                 setattr(self, name, Path(getattr(self, name)))
         self.checkpoints = self.out / "checkpoints"
@@ -85,7 +87,7 @@ class RunPaths:
     def step_tables(self) -> dict[str, Path]:
         """{table: folder} of the per-step tables this run writes (store/rollouts.py layout)."""
         tables = {"rollouts": self.rollouts, "rm_scores": self.rm_scores,
-                  "train_metrics": self.train_metrics}
+                  "train_metrics": self.train_metrics, "schedule": self.schedule}
         return {t: folder for t, folder in tables.items() if folder is not None}
 
     @property
@@ -97,12 +99,18 @@ class RunPaths:
         return f"{self.run_id}/policy-{step:06d}"
 
 
-def hooks_for(cfg: PPOConfig, strong_scorer=None) -> RolloutHooks:
-    """The rollout hooks `cfg`'s switches turn on (none: plain PPO)."""
-    post = []
+def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None) -> RolloutHooks:
+    """The rollout hooks `cfg`'s switches turn on (none: plain PPO). `prompt_space`: (prompt
+    ids, embeddings, topic clusters) for the rollout scheduler (scheduler.load_prompt_space)."""
+    post, gates, observers = [], [], []
     if strong_scorer is not None and cfg.escalate_below > 0:
         post.append(Escalation(strong_scorer, cfg.escalate_below))
-    return RolloutHooks(post_scoring=post)
+    if cfg.schedule_on:  # rollout economy II (issue 14): gate + observer, one object
+        if prompt_space is None:
+            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
+        gates.append(PromptScheduler(cfg, *prompt_space))
+        observers.append(gates[-1])
+    return RolloutHooks(gates=gates, post_scoring=post, observers=observers)
 
 
 class PPOTrainer:
@@ -205,6 +213,9 @@ class PPOTrainer:
         metrics = self.recorder.metrics(step, r, sched, stats, self._account(cost))
         for h in self.hooks.observers:
             h.observe(step, rows, metrics)
+        for h in self.hooks.all():  # a hook's own per-step store rows (the `schedule` table)
+            if hasattr(h, "table_rows"):
+                self.recorder.write_rows(step, h.table_rows(step))
         del r
         self._release_memory()
         return metrics
@@ -305,13 +316,16 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         checkpoint_table: str | Path | None = None,
         difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
-        deepspeed_config: str | Path | None = None) -> dict:
+        deepspeed_config: str | Path | None = None, embeddings: str | Path | None = None,
+        schedule: str | Path | None = None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
     over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs. With
     `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
-    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders."""
+    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders.
+    `embeddings` (a `pool_embeddings` table folder, the dedup stage's) is loaded once when
+    `cfg.schedule_on` (the rollout scheduler); its decisions go to the `schedule` folder."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -337,10 +351,20 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table,
-                     rm_scores, train_metrics)
+                     rm_scores, train_metrics, schedule)
+    space = None
+    if cfg.schedule_on:
+        if embeddings is None:
+            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
+        from rlhf.pipeline.ppo.scheduler import load_prompt_space
+
+        space = load_prompt_space(embeddings, prompts, prompts_path)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
-                         strong_scorer=strong, deepspeed_config=deepspeed_config)
+                         strong_scorer=strong, deepspeed_config=deepspeed_config,
+                         hooks=hooks_for(cfg, strong, space))
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
+        if paths.schedule is not None:  # a declared output even when the scheduler is off
+            paths.schedule.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)
