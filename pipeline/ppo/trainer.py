@@ -54,6 +54,7 @@ from rlhf.pipeline.ppo.generate import (FALLBACK_RESPONSE, forward_logprobs,  # 
 from rlhf.pipeline.ppo.hooks import RolloutHooks
 from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
 from rlhf.pipeline.ppo.rollout import Rollout
+from rlhf.pipeline.ppo.sample_economy import EntropyStop, Resample
 from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
                                         load_prompts, strata)
 from rlhf.pipeline.ppo.schedules import KLController
@@ -97,12 +98,18 @@ class RunPaths:
         return f"{self.run_id}/policy-{step:06d}"
 
 
-def hooks_for(cfg: PPOConfig, strong_scorer=None) -> RolloutHooks:
+def hooks_for(cfg: PPOConfig, strong_scorer=None, tokenizer=None) -> RolloutHooks:
     """The rollout hooks `cfg`'s switches turn on (none: plain PPO)."""
-    post = []
+    gen, post = [], []
+    if cfg.prune_on:  # level two, a generation and a post-scoring hook (sample_economy.py)
+        gen.append(EntropyStop(cfg, getattr(tokenizer, "eos_token_id", None),
+                               getattr(tokenizer, "pad_token_id", None)))
+        post.append(gen[-1])
+    if cfg.resample_on:  # level three, before escalation (which then sees the final rows)
+        post.append(Resample(cfg))
     if strong_scorer is not None and cfg.escalate_below > 0:
         post.append(Escalation(strong_scorer, cfg.escalate_below))
-    return RolloutHooks(post_scoring=post)
+    return RolloutHooks(generation=gen, post_scoring=post)
 
 
 class PPOTrainer:
@@ -116,7 +123,7 @@ class PPOTrainer:
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
         self.strong_scorer = strong_scorer  # Level 2 (seed 001 §4.1); None: Level 1 only
-        self.hooks = hooks if hooks is not None else hooks_for(cfg, strong_scorer)
+        self.hooks = hooks if hooks is not None else hooks_for(cfg, strong_scorer, tokenizer)
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.dist = Dist(self.acc)
         self.rank, self.world = self.dist.rank, self.dist.world
@@ -305,13 +312,14 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         checkpoint_table: str | Path | None = None,
         difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
-        deepspeed_config: str | Path | None = None) -> dict:
+        deepspeed_config: str | Path | None = None, probe=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
     over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs. With
     `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
-    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders."""
+    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders. `probe`: a
+    post-scoring hook run after the config's (bench/economy_sample.py's measurement)."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -338,9 +346,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table,
                      rm_scores, train_metrics)
+    hooks = hooks_for(cfg, strong, tokenizer)
+    if probe is not None:
+        hooks = RolloutHooks(hooks.gates, hooks.generation, hooks.post_scoring + [probe],
+                             hooks.observers)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
-                         strong_scorer=strong, deepspeed_config=deepspeed_config)
+                         strong_scorer=strong, hooks=hooks, deepspeed_config=deepspeed_config)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)
