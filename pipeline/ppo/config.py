@@ -125,7 +125,7 @@ class PPOConfig:
     # nearly every sample: a top-k entropy is at most log2(k))
     prune_rule: Literal["calibrated", "literal"] = "calibrated"
     prune_run: int = 5  # the seed's five consecutive tokens
-    prune_percentile: float = 5.0
+    prune_percentile: float = 20.0
     prune_calibration_steps: int = 1
     prune_ngram: int = 3  # 0 = no repetition test
     prune_top_k: int = 50  # literal rule only

@@ -187,7 +187,7 @@ class EntropyStop:
             state.seen += H[active].tolist()
             low = torch.zeros_like(active)
         else:
-            low = active & (H < self.threshold)
+            low = active & (H <= self.threshold)
             if self.rule == "calibrated" and self.ngram > 0:
                 gen = input_ids[:, state.prompt_len:]
                 for i in low.nonzero().flatten().tolist():
