@@ -39,6 +39,7 @@ class Probe:
     def after_score(self, trainer, r, cost) -> None:
         from rlhf.pipeline.ppo.generate import sampling_of
         from rlhf.pipeline.ppo.sample_economy import continue_from_prefix
+        from rlhf.pipeline.text import response_of
         from rlhf.pipeline.world.judge import gold_score
 
         rng = torch.get_rng_state()
@@ -57,7 +58,7 @@ class Probe:
                     cont = continue_from_prefix(model, tok, r, rows, pre,
                                                 sampling_of(trainer.cfg), r.query.device)
                 for i, p, c in zip(rows, pre, cont):
-                    text = tok.decode(p + c, skip_special_tokens=True)
+                    text = response_of(tok.decode(p + c, skip_special_tokens=True))
                     finished[i] = (gold_score(r.prompts[i], text), len(c))
             out = []
             for i in range(len(r)):

@@ -33,7 +33,6 @@ RULES = {  # name: PPOConfig overrides on top of prune_on
     "calibrated p20 + trigram repeat (default)": {},
     "calibrated p50 + bigram repeat": {"prune_percentile": 50.0, "prune_ngram": 2},
     "calibrated p40, no repetition test": {"prune_percentile": 40.0, "prune_ngram": 0},
-    "calibrated p20, no repetition test": {"prune_ngram": 0},
 }
 
 
@@ -55,6 +54,8 @@ def main(argv=None) -> int:
     from rlhf.pipeline.ppo.generate import generate_rollout, sampling_of
     from rlhf.pipeline.ppo.sample_economy import EntropyStop, continue_from_prefix
     from rlhf.pipeline.ppo.samplers import load_prompts
+    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.text import response_of
     from rlhf.pipeline.world.judge import gold_score
 
     set_threads()
@@ -62,6 +63,7 @@ def main(argv=None) -> int:
     sft = args.artifacts / "models" / "sft"
     tok = AutoTokenizer.from_pretrained(sft)
     model = AutoModelForCausalLM.from_pretrained(sft).eval()
+    rm = load_scorer(args.artifacts / "models" / "rm_light")
     prompts = load_prompts(args.artifacts / "store" / "pool")[: args.prompts]
     B, dev = base.batch_size, torch.device("cpu")
     batches = [prompts[i:i + B] for i in range(0, len(prompts), B)]
@@ -87,6 +89,7 @@ def main(argv=None) -> int:
                 entropies, cfg.prune_percentile / 100)), "calibration": []})
         n = pruned = generated = saved = 0
         bad, base_rate, gold_p, gold_u = [], [], [], []
+        rm_trunc, rm_fin, rm_kept = [], [], []  # what truncation / finishing / the rest earn
         for k, batch in enumerate(batches):
             torch.manual_seed(args.seed * 1000 + k)
             r = generate_rollout(model, tok, batch, cfg, "sft", dev, hooks=[hook], step=99)
@@ -98,13 +101,21 @@ def main(argv=None) -> int:
                     if i not in rows and "timeout" not in r.flags[i]]
             gold_u += kept
             finished = []
+            ok = [i for i in range(len(r)) if i not in rows and "timeout" not in r.flags[i]]
+            if ok:
+                rm_kept += [float(x) for x in rm.score([r.prompts[i] for i in ok],
+                                                       [r.responses[i] for i in ok])[0]]
             if rows:
                 pre = [r.response[i][r.response_mask[i]].tolist() for i in rows]
                 cont = continue_from_prefix(model, tok, r, rows, pre, sampling_of(cfg), dev)
+                texts = []
                 for i, p, c in zip(rows, pre, cont):
-                    finished.append(gold_score(r.prompts[i],
-                                               tok.decode(p + c, skip_special_tokens=True)))
+                    texts.append(response_of(tok.decode(p + c, skip_special_tokens=True)))
+                    finished.append(gold_score(r.prompts[i], texts[-1]))
                     saved += len(c)
+                ps = [r.prompts[i] for i in rows]
+                rm_trunc += [float(x) for x in rm.score(ps, [r.responses[i] for i in rows])[0]]
+                rm_fin += [float(x) for x in rm.score(ps, texts)[0]]
             gold_p += finished
             if kept:
                 med = statistics.median(kept)
@@ -120,7 +131,11 @@ def main(argv=None) -> int:
             "tokens_saved": saved, "tokens_saved_share": round(saved / (generated + saved), 4),
             "precision": mean([float(b) for b in bad]),
             "base_rate": mean([float(b) for b in base_rate]),
-            "gold_pruned_finished": mean(gold_p), "gold_unpruned": mean(gold_u)}
+            "gold_pruned_finished": mean(gold_p), "gold_unpruned": mean(gold_u),
+            # light-RM reward: of the truncation (the `truncation` treatment's reward), of the
+            # finished copy, of the unpruned samples (`failure` gives the batch's lowest)
+            "reward_truncated": mean(rm_trunc), "reward_pruned_finished": mean(rm_fin),
+            "reward_unpruned": mean(rm_kept)}
         print(name, json.dumps(result["rules"][name]), flush=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "rules"}))
