@@ -323,3 +323,37 @@ def test_config_switches_default_off_and_are_validated():
         with pytest.raises(ConfigError, match=f"ppo.{key}"):
             build(PPOConfig, {key: bad}, "ppo")
     assert isinstance(Resample(on).name, str)
+
+
+def test_bench_summary_of_the_probe(tmp_path):
+    """bench/economy_sample.summarize: useful share, precision against the step's unpruned
+    median gold, tokens saved and the resampling bias, on hand-made probe lines."""
+    import json
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import economy_sample
+
+    rows = [  # step 1: unpruned golds 1, 2, 3 (median 2); pruned finished 0.5 (bad) and 2.5
+        {"p": False, "s": False, "v": True, "rw": 1.0, "g": 1.0, "gen": 10},
+        {"p": False, "s": True, "v": True, "rw": 0.5, "g": 2.0, "gen": 14, "r0": -1.0, "g0": 0.0},
+        {"p": False, "s": False, "v": True, "rw": 2.0, "g": 3.0, "gen": 10},
+        {"p": True, "s": False, "v": False, "rw": None, "g": 0.0, "gen": 5, "gf": 0.5, "saved": 7},
+        {"p": True, "s": False, "v": False, "rw": None, "g": 0.0, "gen": 5, "gf": 2.5, "saved": 3},
+    ]
+    path = tmp_path / "probe.jsonl"
+    path.write_text(json.dumps({"step": 1, "rows": rows}) + "\n")
+    s = economy_sample.summarize(path, {"rollouts_started": 6, "tokens_generated": 44,
+                                        "tokens_regenerated": 4})
+    assert s["useful"] == 3 and s["useful_share"] == pytest.approx(3 / 6)
+    assert s["pruned_share"] == pytest.approx(2 / 5) and s["tokens_saved"] == 10
+    assert s["tokens_saved_share"] == pytest.approx(10 / 54)
+    assert s["precision"] == pytest.approx(0.5) and s["base_rate"] == pytest.approx(1 / 3)
+    assert (s["reward_first"], s["reward_regen"], s["gold_first"], s["gold_regen"]) == (
+        -1.0, 0.5, 0.0, 2.0)
+    assert s["batch_reward_first"] == pytest.approx((1.0 - 1.0 + 2.0) / 3)
+    assert s["batch_reward_used"] == pytest.approx(3.5 / 3)
+    lines = economy_sample.section({"resampling": [{"sample_economy": s, "cost": {}}]})
+    assert any("50.0 %" in ln for ln in lines) and any("-1.000 → 0.500" in ln for ln in lines)
