@@ -185,7 +185,7 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               "gain is positive. *gain at ½ tokens* shows whether the curve still rises (with the "
               "default `--steps`, twice `ppo.total_steps`, ½ is about the `make run` "
               "budget)."), ""]
-    lines += economy_sample.section(runs)  # issue 13: pruning / resampling per arm
+    lines += economy_sample.section(runs, sft_gold, baseline)  # issue 13: pruning / resampling
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
     lines += _update_section(out)
     _write(report, lines, stale)

@@ -148,7 +148,54 @@ def _avg(rs, key):
     return sum(vals) / len(vals) if vals else None
 
 
-def section(runs: dict[str, list[dict]]) -> list[str]:
+def pairwise(runs: dict[str, list[dict]], sft_gold: float, baseline: str,
+             arms: tuple[str, ...]) -> list[str]:
+    """Each arm against `baseline` alone, at the pair's own equal tokens (the fewer final tokens
+    of the two arms' runs), not at the fewest of every arm in the report: gold there, and the
+    tokens the arm needs to reach the baseline's mean gold there, as a ratio with its bootstrap
+    interval (economy_stats)."""
+    import economy_stats as st
+    import numpy as np
+
+    if baseline not in runs:
+        return []
+    out = ["", (f"Pairwise against `{baseline}` at the pair's own equal tokens (the fewer final "
+                "tokens of the two arms; the table above compares every arm at the fewest of "
+                "any arm in the report):"), "",
+           (f"| arm | seeds | equal tokens | gold there: arm / {baseline} | gain over SFT: arm / "
+            f"{baseline} | tokens to {baseline}'s gold there: ratio [95 % CI] | to 95 % of it |"),
+           "|---|---|---|---|---|---|---|"]
+
+    def points(res):
+        return [(0, sft_gold)] + [(p["tokens"], p["gold_mean"]) for p in res["points"]]
+
+    for arm in arms:
+        if arm not in runs or arm == baseline:
+            continue
+        t_eq = min(r["points"][-1]["tokens"] for r in runs[arm] + runs[baseline])
+        grid = np.unique(np.concatenate([np.linspace(0, t_eq, 401), [t_eq]]))
+        i_eq = int(np.searchsorted(grid, t_eq))
+        base = np.array([st.curve(points(r), grid) for r in runs[baseline]])
+        c = np.array([st.curve(points(r), grid) for r in runs[arm]])
+        def ratio(fraction):
+            r = st.ratio_with_interval(grid, base, c, i_eq, fraction)
+            hi = "∞" if not math.isfinite(r["ci_high"]) else f"{r['ci_high']:.2f}"
+            return (f"{r['ratio']:.2f} [{r['ci_low']:.2f}, {hi}]"
+                    if math.isfinite(r["tokens_arm"]) else "not reached")
+
+        g_arm, g_base = float(np.nanmean(c[:, i_eq])), float(np.nanmean(base[:, i_eq]))
+        out.append(f"| {arm} | {len(c)} | {t_eq:,.0f} | {g_arm:.4f} / {g_base:.4f} | "
+                   f"{g_arm - sft_gold:+.3f} / {g_base - sft_gold:+.3f} | {ratio(1.0)} | "
+                   f"{ratio(0.95)} |")
+    return out + [""]
+
+
+SAMPLE_ARMS = ("seed", "pruning", "resampling", "pruning_resampling", "pruning_literal",
+               "pruning_literal_truncation", "pruning_norep", "pruning_norep_truncation")
+
+
+def section(runs: dict[str, list[dict]], sft_gold: float | None = None,
+            baseline: str = "plain") -> list[str]:
     """The report's lines for the sample-economy arms (empty when none ran)."""
     lines = ["### Inside a sample: pruning and resampling (issue 13)", "",
              ("Definitions: bench/economy_sample.py. *useful* = rollouts that reach the update and "
@@ -196,4 +243,6 @@ def section(runs: dict[str, list[dict]]) -> list[str]:
             f"{_f(_avg(w, 'reward_never'))} / {_f(_avg(w, 'gold_never'))} | "
             f"{_f(_avg(w, 'batch_reward_first'))} → {_f(_avg(w, 'batch_reward_used'))} | "
             f"{_f(_avg(w, 'batch_gold_first'))} → {_f(_avg(w, 'batch_gold_used'))} |")
+    if sft_gold is not None:
+        lines += pairwise(runs, sft_gold, baseline, SAMPLE_ARMS)
     return lines + [""]
