@@ -74,6 +74,20 @@ ARMS: dict[str, Arm] = {
     # 0.9 skipped ~15 % when replayed on that run's rewards (trigger-rate calibration only)
     "scheduler_loose": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True,
                                                     "schedule_low": 0.9, "schedule_high": 1.5}),
+    # seed 000 §3.1 levels two and three (issue 13, pipeline/ppo/sample_economy.py) on seed PPO
+    "pruning": Arm(base="seed", stratified=True, overrides={"prune_on": True}),
+    "resampling": Arm(base="seed", stratified=True, overrides={"resample_on": True}),
+    "pruning_resampling": Arm(base="seed", stratified=True,
+                              overrides={"prune_on": True, "resample_on": True}),
+    "pruning_literal": Arm(base="seed", stratified=True,
+                           overrides={"prune_on": True, "prune_rule": "literal"}),
+    "pruning_literal_truncation": Arm(base="seed", stratified=True, overrides={
+        "prune_on": True, "prune_rule": "literal", "prune_treatment": "truncation"}),
+    "pruning_norep": Arm(base="seed", stratified=True, overrides={
+        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0}),
+    "pruning_norep_truncation": Arm(base="seed", stratified=True, overrides={
+        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
+        "prune_treatment": "truncation"}),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }
@@ -356,14 +370,20 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     paths = setup["paths"]
     stratified = bool(arm.stratified and paths.get("difficulty"))
     t = time.perf_counter()
+    sample_economy = None
     if arm.trainer == "ppo":
         from rlhf.pipeline.ppo.trainer import run
 
         scheduled = getattr(cfg, "schedule_on", False)
+        probe = None
+        if cfg.prune_on or cfg.resample_on:  # issue 13's measurements (economy_sample.py)
+            from economy_sample import Probe
+
+            probe = Probe(work / "probe.jsonl")
         run(cfg, paths["sft"], paths["rm_light"], paths["pool"], work, work / "rollouts",
             run_id=f"{arm_name}-seed{seed}", progress=False,
             difficulty=paths["difficulty"] if stratified else None,
-            strong_reward=setup["strong_reward"],
+            strong_reward=setup["strong_reward"], probe=probe,
             **({"embeddings": paths["pool_embeddings"], "schedule": work / "schedule"}
                if scheduled else {}))
         seconds_train = time.perf_counter() - t
@@ -376,6 +396,10 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         ckpts = [(int(d.name.split("-")[1]), d / "policy.pt")
                  for d in sorted((work / "checkpoints").glob("step-*"))]
         marks = [(step, cum[step]["tokens_generated_cum"], pt) for step, pt in ckpts]
+        if probe is not None:
+            from economy_sample import summarize
+
+            sample_economy = summarize(probe.path, cost)
     else:
         from economy_peers import train_peer
 
@@ -403,6 +427,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
            "features_on": features_on(cfg) if arm.trainer == "ppo" else {},
            "stratified": stratified,
            "points": points, "cost": cost, "seconds_train": round(seconds_train, 2),
+           **({"sample_economy": sample_economy} if sample_economy else {}),
            "seconds_eval": round(time.perf_counter() - t, 2), "spec": spec_of(setup, arm_name)}
     _save(out, arm_name, seed, res)
     if not os.environ.get("ECONOMY_KEEP_WORK"):

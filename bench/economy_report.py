@@ -16,6 +16,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
+import economy_sample
 import economy_stats as st
 import numpy as np
 
@@ -186,6 +187,7 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               "gain is positive. *gain at ½ tokens* shows whether the curve still rises (with the "
               "default `--steps`, twice `ppo.total_steps`, ½ is about the `make run` "
               "budget)."), ""]
+    lines += economy_sample.section(runs, sft_gold, baseline)  # issue 13: pruning / resampling
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
     from economy_schedule import report_section as schedule_section  # issue 14
 

@@ -29,7 +29,8 @@ def audit(store: Path, *args: str) -> list[dict]:
 
 def test_every_audit_is_one_gated_select_with_a_summary():
     audits = {a.name: a for a in list_audits()}
-    assert set(audits) == {"lineage", "sources", "rewards", "annotators", "rm", "schedule"}
+    assert set(audits) == {"lineage", "sources", "rewards", "annotators", "rm", "schedule",
+                           "economy"}
     for a in audits.values():
         check_sql(a.sql)  # the shipped SQL passes the same gate as a user's query
         assert a.summary and a.usage().startswith(f"rlhf audit {a.name}")
@@ -139,11 +140,38 @@ def test_lineage_within_one_run(store):
     assert audit(store, "lineage", "no-such-checkpoint") == []
 
 
+def test_economy_pruning_and_resampling_rates(tmp_path):
+    """Issue 13: pruned / resampled rows by difficulty bucket and step window."""
+    from rlhf.store.rollouts import RolloutWriter
+
+    store = synthetic_store.build(tmp_path / "store")
+    rows = [("c", 1, "p1", None, ["no_eos", "pruned"], 5), ("c", 1, "p1", 1.0, [], 20),
+            ("c", 1, "p2", 2.0, ["resampled"], 30), ("c", 3, "p2", 0.5, [], 10),
+            ("c", 3, "p6", None, ["pruned"], 5)]
+    with RolloutWriter(store / "rollouts", "c", steps_per_bucket=2) as w:
+        for i, (run, step, pid, reward, flags, gen) in enumerate(rows):
+            row = synthetic_store.rollout_row(run, step, pid, reward, 1, "light_rm", i)
+            w.write([{**row, "flags": flags, "generated_tokens": gen}])
+    out = [r for r in audit(store, "economy", "2") if r["run_id"] == "c"]
+    cells = {(r["breakdown"], r["step_from"], r["difficulty_bucket"]):
+             (r["rollouts"], r["pruned"], r["resampled"], r["generated_tokens"], r["pruned_tokens"])
+             for r in out}
+    assert cells == {("bucket x step", 0, "low"): (2, 1, 0, 25, 5),
+                     ("bucket x step", 0, "high"): (1, 0, 1, 30, 0),
+                     ("bucket x step", 2, "high"): (1, 0, 0, 10, 0),
+                     ("bucket x step", 2, "(unscored)"): (1, 1, 0, 5, 5),
+                     ("bucket", None, "low"): (2, 1, 0, 25, 5),
+                     ("bucket", None, "high"): (2, 0, 1, 40, 0),
+                     ("bucket", None, "(unscored)"): (1, 1, 0, 5, 5)}
+    low = [r for r in out if r["breakdown"] == "bucket" and r["difficulty_bucket"] == "low"][0]
+    assert (low["pruned_rate"], low["reward_mean"]) == (0.5, 1.0)  # the pruned row: no reward
+
+
 def test_audits_run_on_an_empty_store(tmp_path):
     """Tables of later stages may not exist yet: every audit still runs, on typed empty views."""
     (tmp_path / "store").mkdir()
     for args in (["sources"], ["rewards"], ["annotators"], ["rm"], ["lineage", "x"],
-                 ["schedule"]):
+                 ["schedule"], ["economy"]):
         assert audit(tmp_path / "store", *args) == []
 
 
@@ -162,7 +190,7 @@ def test_audit_argument_errors_are_clear(store, args, needle):
 def test_audit_list_and_sql():
     result = runner.invoke(app, ["audit"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for name in ("lineage", "sources", "rewards", "annotators", "rm"):
+    for name in ("lineage", "sources", "rewards", "annotators", "rm", "economy"):
         assert f"rlhf audit {name}" in result.output
     sql = runner.invoke(app, ["audit", "lineage", "--sql"])
     assert sql.exit_code == 0 and "WITH RECURSIVE chain" in sql.output and "$checkpoint" in sql.output

@@ -32,6 +32,9 @@ class StepCost:
     light_rm_tokens: int = 0    # tokens it read
     strong_rm_calls: int = 0
     strong_rm_tokens: int = 0
+    rollouts_pruned: int = 0    # stopped early by the entropy rule (sample_economy.py)
+    rollouts_resampled: int = 0  # cut at a low-rated prefix and regenerated (also in started)
+    tokens_regenerated: int = 0  # tokens of those regenerations (also in tokens_generated)
     seconds: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})
     gpu_peak_gib: dict = field(default_factory=dict)  # peak GPU memory per phase (CUDA only)
 

@@ -220,9 +220,12 @@ class Recorder:
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
             "response_hash": content_hash(r.responses[i]),
-            # a fallback earned no score: null, never the score of a stub
+            # a fallback or a dropped pruned sample earned no score: null, never a stub's
             "reward": float(r.scores[i]) if bool(r.valid[i]) else None,
-            "scorer": ("fallback" if not bool(r.valid[i])
+            "scorer": ("pruned" if not bool(r.valid[i]) and "pruned" in r.flags[i]
+                       else "fallback" if not bool(r.valid[i])
+                       else "failure" if "pruned" in r.flags[i]
+                       and self.cfg.prune_treatment == "failure"
                        else strong if bool(r.escalated[i]) else light),
             "tier": 2 if bool(r.escalated[i]) else 1, "prompt_tokens": int(r.query_mask[i].sum()),
             "response_tokens": int(r.response_mask[i].sum()),

@@ -54,6 +54,7 @@ from rlhf.pipeline.ppo.generate import (FALLBACK_RESPONSE, forward_logprobs,  # 
 from rlhf.pipeline.ppo.hooks import RolloutHooks
 from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
 from rlhf.pipeline.ppo.rollout import Rollout
+from rlhf.pipeline.ppo.sample_economy import EntropyStop, Resample
 from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
                                         load_prompts, strata)
 from rlhf.pipeline.ppo.scheduler import PromptScheduler
@@ -99,10 +100,18 @@ class RunPaths:
         return f"{self.run_id}/policy-{step:06d}"
 
 
-def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None) -> RolloutHooks:
+def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None,
+              tokenizer=None) -> RolloutHooks:
     """The rollout hooks `cfg`'s switches turn on (none: plain PPO). `prompt_space`: (prompt
-    ids, embeddings, topic clusters) for the rollout scheduler (scheduler.load_prompt_space)."""
-    post, gates, observers = [], [], []
+    ids, embeddings, topic clusters) for the rollout scheduler (scheduler.load_prompt_space);
+    `tokenizer`: its eos / pad ids for entropy pruning."""
+    gen, post, gates, observers = [], [], [], []
+    if cfg.prune_on:  # rollout economy I (issue 13): a generation and a post-scoring hook
+        gen.append(EntropyStop(cfg, getattr(tokenizer, "eos_token_id", None),
+                               getattr(tokenizer, "pad_token_id", None)))
+        post.append(gen[-1])
+    if cfg.resample_on:  # level three, before escalation (which then sees the final rows)
+        post.append(Resample(cfg))
     if strong_scorer is not None and cfg.escalate_below > 0:
         post.append(Escalation(strong_scorer, cfg.escalate_below))
     if cfg.schedule_on:  # rollout economy II (issue 14): gate + observer, one object
@@ -110,7 +119,7 @@ def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None) -> RolloutH
             raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
         gates.append(PromptScheduler(cfg, *prompt_space))
         observers.append(gates[-1])
-    return RolloutHooks(gates=gates, post_scoring=post, observers=observers)
+    return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers)
 
 
 class PPOTrainer:
@@ -124,7 +133,8 @@ class PPOTrainer:
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
         self.strong_scorer = strong_scorer  # Level 2 (seed 001 §4.1); None: Level 1 only
-        self.hooks = hooks if hooks is not None else hooks_for(cfg, strong_scorer)
+        self.hooks = (hooks if hooks is not None
+                      else hooks_for(cfg, strong_scorer, tokenizer=tokenizer))
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.dist = Dist(self.acc)
         self.rank, self.world = self.dist.rank, self.dist.world
@@ -317,7 +327,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
         deepspeed_config: str | Path | None = None, embeddings: str | Path | None = None,
-        schedule: str | Path | None = None) -> dict:
+        schedule: str | Path | None = None, probe=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
@@ -325,7 +335,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
     re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders.
     `embeddings` (a `pool_embeddings` table folder, the dedup stage's) is loaded once when
-    `cfg.schedule_on` (the rollout scheduler); its decisions go to the `schedule` folder."""
+    `cfg.schedule_on` (the rollout scheduler); its decisions go to the `schedule` folder.
+    `probe`: a post-scoring hook run after the config's (bench/economy_sample.py's measurement)."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -359,10 +370,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         from rlhf.pipeline.ppo.scheduler import load_prompt_space
 
         space = load_prompt_space(embeddings, prompts, prompts_path)
+    hooks = hooks_for(cfg, strong, space, tokenizer)
+    if probe is not None:
+        hooks = RolloutHooks(hooks.gates, hooks.generation, hooks.post_scoring + [probe],
+                             hooks.observers)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
-                         strong_scorer=strong, deepspeed_config=deepspeed_config,
-                         hooks=hooks_for(cfg, strong, space))
+                         strong_scorer=strong, deepspeed_config=deepspeed_config, hooks=hooks)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
         if paths.schedule is not None:  # a declared output even when the scheduler is off
