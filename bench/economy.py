@@ -298,18 +298,24 @@ _JUDGES: dict = {}
 
 def judge_of(setup: dict):
     """The setup's judge (loaded once per job process)."""
-    from rlhf.pipeline.judges import JudgeConfig, load_judge
-    from rlhf.pipeline.reward.train import RmTrainConfig
+    from rlhf.pipeline.judges import load_judge
 
     j = setup.get("judge") or {}
     if "config" not in j or j["spec"] == WORLD_JUDGE:
         return None  # the world's gold judge (gold_eval's default)
     key = json.dumps(j["spec"], sort_keys=True)
     if key not in _JUDGES:
-        cfg = dict(j["config"])
-        cfg["train"] = RmTrainConfig(**cfg["train"])
-        _JUDGES[key] = load_judge(JudgeConfig(**cfg), j.get("model"))
+        _JUDGES[key] = load_judge(judge_config(setup), j.get("model"))
     return _JUDGES[key]
+
+
+def judge_config(setup: dict):
+    """The setup's `judge:` section as a JudgeConfig again (setup.json holds it as plain data)."""
+    from rlhf.pipeline.judges import JudgeConfig
+    from rlhf.pipeline.reward.train import RmTrainConfig
+
+    cfg = dict(setup["judge"]["config"])
+    return JudgeConfig(**{**cfg, "train": RmTrainConfig(**cfg["train"])})
 
 
 def gold_of(policy_folder: Path, setup: dict) -> dict:

@@ -29,11 +29,6 @@ console = Console()
 SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
 
 
-def _judge(params: Path, judge_model: Path | None):
-    """The judge params.yaml's `judge:` names (pipeline/judges.py); a bad one is one error line."""
-    return judge_or_fail(params, judge_model)
-
-
 def _need_dir(path: Path | None, what: str) -> None:
     if path is not None and not path.is_dir():
         fail(f"{what} {path} is not a folder")
@@ -100,7 +95,7 @@ def sft(
         _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, demos, out, tokenizer, model_config, _judge(params, judge_model))
+        m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model))
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
     write_metrics("sft", m, metrics, report_path)
@@ -243,7 +238,7 @@ def reward(
     t0 = time.perf_counter()
     try:
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
-                judge=_judge(params, judge_model),
+                judge=judge_or_fail(params, judge_model),
                 log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")

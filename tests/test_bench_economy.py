@@ -109,21 +109,13 @@ def test_the_benchmark_reads_its_judge_from_params(tmp_path):
     setup = {"judge": economy.judge_setup(args), "hashes": {}, "eval": {}}
     assert setup["judge"]["spec"]["name"] == f"rm:{rm}" and setup["judge"]["spec"]["model_hash"]
     judge = economy.judge_of(setup)
-    direct = load_judge(_judge_cfg(setup))
+    direct = load_judge(economy.judge_config(setup))
     texts = (["Why is the sky blue?"] * 2, ["Light scatters.", "banana banana"])
     assert judge.score(*texts) == direct.score(*texts)
     world = economy.spec_of({"hashes": {}, "eval": {}}, "sft")
     assert world["judge"] == economy.WORLD_JUDGE
     assert not economy.spec_matches(world, economy.spec_of(setup, "sft"))
     assert economy.spec_matches({"hashes": {}, "eval": {}}, world)  # saved before the judge
-
-
-def _judge_cfg(setup):
-    from rlhf.pipeline.judges import JudgeConfig
-    from rlhf.pipeline.reward.train import RmTrainConfig
-
-    cfg = dict(setup["judge"]["config"])
-    return JudgeConfig(**{**cfg, "train": RmTrainConfig(**cfg["train"])})
 
 
 def test_quick_run_writes_a_report_with_real_numbers(tmp_path):

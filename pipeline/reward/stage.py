@@ -529,9 +529,8 @@ def onpolicy_headlines(onpolicy: dict[str, Any]) -> dict[str, Any]:
 class _Phases:
     """Wall seconds per named step (the report's `phase_seconds`: where the stage's time goes)."""
 
-    def __init__(self, log) -> None:
+    def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self.log = log
 
     def __call__(self, name: str, fn, *args, **kwargs):
         t = time.perf_counter()
@@ -559,7 +558,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     torch.manual_seed(cfg.seed)
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
-    step = _Phases(log)
+    step = _Phases()
     data = step("training_pairs", training_data, cfg, preferences_dir, judge)
     init = resolve_backbone(cfg.backbone, sft_dir)
     tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
