@@ -24,8 +24,9 @@ def ppo(
     policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
     reward: Path = typer.Option(..., help="Reward model (AutoModelForSequenceClassification)."),
     strong_reward: Path | None = typer.Option(
-        None, help="Strong RM folder: re-scores rollouts whose light-RM confidence is below "
-                   "ppo.escalate_below (Level 2, seed 001 §4.1)."),
+        None, help="Strong RM folder: re-scores the rollouts a Level-2 trigger picks "
+                   "(ppo.escalate_*; seed 001 §4.1), through its score_map.json onto the light "
+                   "RM's scale with ppo.escalate_map fitted; labels RM evolution's checks."),
     prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
     out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
     rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
@@ -43,6 +44,12 @@ def ppo(
     schedule: Path | None = typer.Option(
         None, help="The `schedule` table folder: every rollout-scheduler decision "
                    "(rlhf audit schedule)."),
+    routes: Path | None = typer.Option(
+        None, help="Level 0's `routes` table folder (the route stage): per-prompt token budget "
+                   "(ppo.route_budget_on) and high-risk topic (ppo.escalate_high_risk)."),
+    human_labels: Path | None = typer.Option(
+        None, help="The `human_labels` table folder: the human queue's annotator labels "
+                   "(ppo.human_labels_per_step; rlhf audit annotators)."),
     heldout_store: Path | None = typer.Option(
         None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out prompts."),
     judge_model: Path | None = typer.Option(
@@ -60,7 +67,8 @@ def ppo(
     """Train the policy with PPO; `--resume` continues a killed run exactly."""
     cfg = load_config(params, "ppo")
     for name, path in (("prompts", prompts), ("difficulty", difficulty),
-                       ("heldout-store", heldout_store), ("embeddings", embeddings)):
+                       ("heldout-store", heldout_store), ("embeddings", embeddings),
+                       ("routes", routes)):
         if path is not None and not path.exists():
             fail(f"--{name} {path} does not exist")
     latest = out / "checkpoints" / "latest"
@@ -82,14 +90,26 @@ def ppo(
     judge = None
     if heldout_store is not None and cfg.heldout_eval:  # before training: a bad judge fails fast
         judge = judge_or_fail(params, judge_model)
-    from rlhf.pipeline.ppo.trainer import run
+    from rlhf.pipeline.ppo.trainer import annotator_pool, run
 
+    annotators = None
+    if cfg.human_labels_per_step:
+        from rlhf.pipeline.config import read_params
+
+        keys = ("annotators", "seed", "labels")
+        prefs = (load_config(params, "preferences", keys)
+                 if "preferences" in read_params(params) else None)
+        if prefs is None or prefs.labels != "annotators":
+            fail("ppo.human_labels_per_step needs the world's annotator pool "
+                 "(preferences.labels: annotators); set it to 0 for your own data")
+        annotators = annotator_pool(prefs)
     try:
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
                    checkpoint_table=checkpoint_table, difficulty=difficulty,
                    strong_reward=strong_reward, rm_scores=rm_scores, train_metrics=train_metrics,
                    deepspeed_config=deepspeed_config, embeddings=embeddings,
-                   schedule=schedule)
+                   schedule=schedule, routes=routes, human_labels=human_labels,
+                   annotators=annotators)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:

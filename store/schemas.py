@@ -179,6 +179,9 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("created_at", _TS, nullable=False),
         pa.field("prompt_text", pa.string()),  # debug rollout mode only
         pa.field("response_text", pa.string()),  # debug rollout mode only
+        # version of the RM whose score is `reward` (light RM, evolved light RM `<hash>+e<k>-..`,
+        # or the strong RM for tier 2); null for a fallback and in rows written before issue 15
+        pa.field("rm_version", pa.string()),
         doc="Rollout provenance: one row per generated response.",
     ),
     # Rankings of k >= 3 policy responses per prompt (seed 000 §3.4) by the annotator pool, and
@@ -231,6 +234,21 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("queued", pa.bool_(), nullable=False),  # confidence < the RM's gate: fine-tune queue
         pa.field("scored_at", _TS, nullable=False),
         doc="Reward-model scores with confidence, escalations and fine-tune queueing.",
+    ),
+    # The human queue (issue 15, seed 001 §4.1): Level-2 samples PPO sent to the annotator pool
+    # (the world's stand-in for human annotation), within ppo.human_labels_per_step a step.
+    "human_labels": _schema(
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_hash", pa.string(), nullable=False),
+        pa.field("response_hash", pa.string(), nullable=False),
+        pa.field("annotator_id", pa.string(), nullable=False),
+        pa.field("labeled_at", _TS, nullable=False),  # the run's simulated labelling clock
+        pa.field("score", pa.float32(), nullable=False),  # the annotator's 0-5 score
+        pa.field("light_score", pa.float32(), nullable=False),  # the light RM's, for comparison
+        pa.field("triggers", pa.list_(pa.string()), nullable=False),  # why it reached Level 2
+        doc="Human-queue labels of Level-2 samples, with annotator and time (issue 15).",
     ),
     # One row per saved policy checkpoint: what `rlhf audit lineage CHECKPOINT` starts from.
     "checkpoints": _schema(

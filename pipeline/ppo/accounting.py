@@ -32,6 +32,8 @@ class StepCost:
     light_rm_tokens: int = 0    # tokens it read
     strong_rm_calls: int = 0
     strong_rm_tokens: int = 0
+    human_rm_calls: int = 0     # human-queue labels (issue 15: the annotator pool)
+    human_rm_tokens: int = 0    # (0: an annotator reads, no model does)
     rollouts_pruned: int = 0    # stopped early by the entropy rule (sample_economy.py)
     rollouts_resampled: int = 0  # cut at a low-rated prefix and regenerated (also in started)
     tokens_regenerated: int = 0  # tokens of those regenerations (also in tokens_generated)

@@ -94,6 +94,46 @@ class PPOConfig:
     # The seed triggers Level 2 on a low score or a high-risk topic; we use the RM's own doubt,
     # the confidence gate of seed 000 §3.4 (0.6). 0 = never (and no strong RM: never).
     escalate_below: float = 0.0
+    # Level 2's other triggers (issue 15; pipeline/ppo/tiers.py). A valid rollout also escalates
+    # when its light-RM score is below the `escalate_score_quantile` quantile of the Level-1
+    # scores of the last `escalate_window` steps and this one (the seed's 3.2 / 5.0 as a quantile
+    # of the run's own distribution; 0 = off), when Level 0 routes its prompt as a high-risk topic
+    # (`escalate_high_risk`, `rlhf ppo --routes`), or when its topic cluster is one the rollout
+    # scheduler marked high-uncertainty (`escalate_uncertain`, needs ppo.schedule_on). At most
+    # `escalate_max_share` of a batch escalates (the lowest light scores first; seed: < 7%).
+    escalate_score_quantile: float = 0.0
+    escalate_high_risk: bool = False
+    escalate_uncertain: bool = False
+    escalate_window: int = 20
+    escalate_max_share: float = 1.0
+    # "fitted": an escalated sample's strong score goes through the strong-to-light score map the
+    # reward stage fitted (rm_strong/score_map.json; pipeline/reward/score_map.py), so it is on
+    # its batch-mates' light-RM scale; "none": the strong RM's own scale (two scales in a batch)
+    escalate_map: Literal["none", "fitted"] = "none"
+    # the human queue: up to this many Level-2 samples a step (lowest light scores first) are
+    # labelled by the world's annotator pool (params.yaml preferences.annotators; `rlhf ppo
+    # --human-labels`), stored with annotator and time in `human_labels`, and feed RM evolution
+    human_labels_per_step: int = 0
+    # Level 0 (issue 15): generate at most the route's token budget for each prompt (router
+    # section of params.yaml, `rlhf ppo --routes`; max_new_tokens stays the ceiling)
+    route_budget_on: bool = False
+    # RM evolution (issue 15; seed 000 §3.4, §5.1; pipeline/ppo/rm_evolution.py).
+    # rm_gate_mask_on: a sample whose final confidence is below the light RM's gate (0.6) and
+    # that Level 2 did not re-score is kept out of the step's update and queued for fine-tuning.
+    rm_gate_mask_on: bool = False
+    # rm_evolve_on: every `rm_check_every` steps, `rm_check_samples` samples of the current
+    # policy from the last steps are labelled (human labels where the queue has them, else the
+    # strong RM through the score map) and the light RM's Spearman against those labels is
+    # compared with its first check's; a relative drop above `rm_drop` (or the reward-collapse
+    # detector's rm_refresh) fine-tunes the light RM on the queue and those labels
+    # (`rm_finetune_epochs` at `rm_finetune_lr`) and hot-swaps it (a new rm_version)
+    rm_evolve_on: bool = False
+    rm_check_every: int = 10
+    rm_check_samples: int = 48
+    rm_drop: float = 0.05
+    rm_queue_max: int = 256
+    rm_finetune_epochs: int = 2
+    rm_finetune_lr: float = 1e-4
     # records
     checkpoint_every: int = 10
     csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
@@ -203,6 +243,7 @@ class PPOConfig:
         if self.critic_hidden_size % self.critic_heads:
             raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
         self._check_schedule()
+        self._check_tiers()
         for name in ("prune_run", "prune_calibration_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
@@ -225,6 +266,35 @@ class PPOConfig:
         except ValueError as exc:
             raise ConfigError(f"ppo.{exc}") from None
 
+
+    def _check_tiers(self) -> None:
+        """Level 0 / 2 and RM evolution (issue 15); each error names its key."""
+        for name in ("escalate_score_quantile", "rm_drop"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"ppo.{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.escalate_max_share <= 1.0:
+            raise ConfigError(f"ppo.escalate_max_share is a share of the batch in (0, 1], "
+                              f"got {self.escalate_max_share}")
+        for name in ("escalate_window", "rm_check_every", "rm_queue_max", "rm_finetune_epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.rm_check_samples < 4:
+            raise ConfigError(f"ppo.rm_check_samples must be >= 4 (a Spearman needs samples), "
+                              f"got {self.rm_check_samples}")
+        if self.human_labels_per_step < 0:
+            raise ConfigError(f"ppo.human_labels_per_step must be >= 0, "
+                              f"got {self.human_labels_per_step}")
+        if not 0.0 < self.rm_finetune_lr < 1.0:
+            raise ConfigError(f"ppo.rm_finetune_lr must be in (0, 1), got {self.rm_finetune_lr}")
+        if self.escalate_uncertain and not self.schedule_on:
+            raise ConfigError("ppo.escalate_uncertain reads the rollout scheduler's "
+                              "high-uncertainty clusters: it needs ppo.schedule_on")
+
+    @property
+    def level2_on(self) -> bool:
+        """Whether any Level-2 trigger is on (escalation needs a strong RM then)."""
+        return (self.escalate_below > 0 or self.escalate_score_quantile > 0
+                or self.escalate_high_risk or self.escalate_uncertain)
 
     def _check_schedule(self) -> None:
         """The scheduler's fields (issue 14); each error names its key in the ppo section."""
@@ -267,6 +337,14 @@ PLAIN_PPO: dict[str, object] = {
     "collapse_detector_on": False,
     "rollout_dropout_on": False,
     "escalate_below": 0.0,
+    "escalate_score_quantile": 0.0,
+    "escalate_high_risk": False,
+    "escalate_uncertain": False,
+    "escalate_map": "none",
+    "human_labels_per_step": 0,
+    "route_budget_on": False,
+    "rm_gate_mask_on": False,
+    "rm_evolve_on": False,
     "schedule_on": False,
     "prune_on": False,
     "resample_on": False,

@@ -11,7 +11,8 @@ every hook's state in the checkpoint generically, so a resumed run continues exa
   (it sees the whole global batch, and its state only changes through observers).
 - `GenerationHook` (during generation): per-sequence logits processors and stopping criteria
   (transformers objects) for one batch; a criterion that stops a row stops spending tokens on
-  it. After generation, `finish(rollout)` may flag rows (e.g. `pruned`, `valid=False`).
+  it. After generation, `finish(rollout)` may flag rows (e.g. `pruned`, `valid=False`). A hook
+  with a `prepare(batch)` method is first told the batch's (prompt_id, text) pairs.
 - `PostScoringHook` (after scoring): may re-score (escalate to a stronger scorer) or replace
   samples (resample the bad part); it adds what it spends to the step's `StepCost`.
 - `StepObserver` (after the step): sees every finished step's rows of all processes and its

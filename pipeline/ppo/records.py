@@ -216,13 +216,16 @@ class Recorder:
         kl_seq = r.kl.sum(1).tolist()
         debug = self.cfg.debug_rollouts
         light, strong = self.names[0][0], self.names[1][0] if self.names[1] else None
+        light_version = r.extras.get("rm_version", self.names[0][1])
+        strong_version = self.names[1][1] if self.names[1] else None
         return [{
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
             "response_hash": content_hash(r.responses[i]),
             # a fallback or a dropped pruned sample earned no score: null, never a stub's
             "reward": float(r.scores[i]) if bool(r.valid[i]) else None,
-            "scorer": ("pruned" if not bool(r.valid[i]) and "pruned" in r.flags[i]
+            "scorer": ("gated" if "gated" in r.flags[i]
+                       else "pruned" if not bool(r.valid[i]) and "pruned" in r.flags[i]
                        else "fallback" if not bool(r.valid[i])
                        else "failure" if "pruned" in r.flags[i]
                        and self.cfg.prune_treatment == "failure"
@@ -231,6 +234,10 @@ class Recorder:
             "response_tokens": int(r.response_mask[i].sum()),
             "generated_tokens": int(r.extras["generated_tokens"][i]), "kl": float(kl_seq[i]),
             "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
+            # the RM (and its version: RM evolution swaps it) whose score this row's reward is
+            "rm_version": (strong_version if bool(r.escalated[i])
+                           else light_version if bool(r.valid[i]) or "gated" in r.flags[i]
+                           else None),
             "prompt_text": r.prompts[i] if debug else None,
             "response_text": r.responses[i] if debug else None,
         } for i in range(len(r))]
@@ -243,8 +250,10 @@ class Recorder:
         now = datetime.now(UTC)
         light, strong = self.names
         rows = []
+        if "rm_version" in r.extras:  # RM evolution: the version that scored this batch
+            light = (light[0], r.extras["rm_version"], light[2])
         for i in range(len(r)):
-            if not bool(r.valid[i]):
+            if not bool(r.valid[i]) and "gated" not in r.flags[i]:
                 continue
             escalated = bool(r.escalated[i])
             scored = [(light, float(r.level1_scores[i]), float(r.level1_confidence[i]))]

@@ -170,6 +170,13 @@ class PromptScheduler:
         """Topic clusters marked high-uncertainty at or after `since_step` (for Level 2)."""
         return sorted(c for c, s in self.marked.items() if s >= since_step)
 
+    def is_uncertain(self, prompt_id: str, within: int = 50) -> bool:
+        """Whether `prompt_id`'s topic cluster was marked high-uncertainty in the last `within`
+        steps (Level 2's cluster trigger; issue 15)."""
+        c = self.clusters.get(prompt_id)
+        last = max(self.marked.values(), default=0)
+        return c is not None and int(c) in self.marked and self.marked[int(c)] >= last - within
+
     # ----------------------------------------------------------------- the observer
     def observe(self, step: int, rows: list[dict], metrics: dict) -> None:
         """Every process's rollout rows of the step: rewards into the windows; then which kept

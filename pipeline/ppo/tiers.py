@@ -1,10 +1,14 @@
-"""Scoring tiers (seed 001 §4.1): Level 1 scores every valid rollout with the light RM; Level 2,
-a post-scoring hook, re-scores the ones the light RM is unsure of with the strong RM.
+"""Scoring tiers (seed 001 §4.1): Level 0 routes a prompt (its token budget, its risk; the
+router stage, pipeline/router.py); Level 1 scores every valid rollout with the light RM; Level 2,
+a post-scoring hook, re-scores the ones a trigger picks (the light RM unsure, a low score, a
+high-risk topic, an uncertain topic cluster) with the strong RM, on the light RM's scale through
+the reward stage's score map, and sends a few of them to the human queue.
 
 A fallback rollout (timeout, generation error) earns no score: its reward is 0 with no gradient,
 and the store keeps a null reward for it (pipeline/ppo/records.py).
 
-    python -c "from rlhf.pipeline.ppo.tiers import Escalation; print(Escalation(None, 0.6).name)"
+    python -c "from rlhf.pipeline.ppo.tiers import escalation_triggers as t; \
+print(t([True, True], [0.1, -2.0], [0.9, 0.3], 0.6, -1.0, None, None))"
 """
 
 from __future__ import annotations
@@ -30,27 +34,194 @@ def score_level1(scorer, r, cost: StepCost, device) -> None:
     r.escalated = torch.zeros(len(r), dtype=torch.bool, device=device)
 
 
+TRIGGERS = ("confidence", "low_score", "high_risk", "uncertain_cluster")
+
+
+def escalation_triggers(valid, scores, confidence, below: float, score_floor: float | None,
+                        high_risk, uncertain) -> list[list[str]]:
+    """Per row, the Level-2 triggers it meets (pure; lists of `TRIGGERS`, empty: Level 1 only).
+
+    `below`: light-RM confidence gate (0 = off); `score_floor`: light score below which a row
+    escalates (None = off); `high_risk` / `uncertain`: per-row booleans (Level 0's route, the
+    scheduler's high-uncertainty clusters) or None (off). Invalid rows never escalate."""
+    out = []
+    for i, ok in enumerate(valid):
+        t = []
+        if ok:
+            if below > 0 and confidence[i] < below:
+                t.append("confidence")
+            if score_floor is not None and scores[i] < score_floor:
+                t.append("low_score")
+            if high_risk is not None and high_risk[i]:
+                t.append("high_risk")
+            if uncertain is not None and uncertain[i]:
+                t.append("uncertain_cluster")
+        out.append(t)
+    return out
+
+
+def capped(triggered: list[list[str]], scores, max_share: float) -> list[int]:
+    """Rows to escalate: every triggered row, or at most max(1, floor(max_share x batch)) of
+    them, lowest light score first (the ones most likely bad), in row order (pure)."""
+    rows = [i for i, t in enumerate(triggered) if t]
+    cap = len(triggered) if max_share >= 1.0 else max(1, int(max_share * len(triggered)))
+    if len(rows) > cap:
+        rows = sorted(sorted(rows, key=lambda i: (float(scores[i]), i))[:cap])
+    return rows
+
+
 class Escalation:
-    """Level 2: a valid rollout whose light-RM confidence is below `below` is re-scored by the
-    strong scorer, whose score (and confidence) PPO then uses. Stateless."""
+    """Level 2: a valid rollout that meets a trigger (`escalation_triggers`) is re-scored by the
+    strong scorer, whose score (through `score_map` onto the light scale, when given) and
+    confidence PPO then uses. Its state: the recent Level-1 scores the low-score quantile is
+    taken over (checkpointed)."""
 
     name = "escalation"
 
-    def __init__(self, strong_scorer, below: float):
-        self.strong, self.below = strong_scorer, below
+    def __init__(self, strong_scorer, cfg, score_map=None, routes=None, uncertain=None):
+        self.strong, self.cfg, self.map = strong_scorer, cfg, score_map
+        self.routes = routes  # {prompt_id: Route} of Level 0, read when escalate_high_risk
+        self.uncertain = uncertain  # prompt_id -> bool (the scheduler's marked clusters)
+        self.history: list[list[float]] = []  # Level-1 scores of the last steps
+        self.last: dict = {}  # this step's triggers per row (records, the human queue)
+
+    def score_floor(self, r) -> float | None:
+        q = self.cfg.escalate_score_quantile
+        if q <= 0:
+            return None
+        import numpy as np
+
+        now = [float(r.level1_scores[i]) for i in r.valid.nonzero().flatten().tolist()]
+        pooled = [x for step in self.history for x in step] + now
+        self.history = (self.history + [now])[-self.cfg.escalate_window:]
+        return float(np.quantile(pooled, q)) if pooled else None
 
     @torch.no_grad()
     def after_score(self, trainer, r, cost: StepCost) -> None:
-        r.escalated = r.valid & (r.level1_confidence < self.below)
-        chosen = r.escalated.nonzero().flatten().tolist()
+        cfg = self.cfg
+        risk = ([bool(getattr(self.routes.get(p), "high_risk", False)) for p in r.prompt_ids]
+                if cfg.escalate_high_risk and self.routes is not None else None)
+        unsure = ([bool(self.uncertain(p)) for p in r.prompt_ids]
+                  if cfg.escalate_uncertain and self.uncertain is not None else None)
+        triggered = escalation_triggers(r.valid.tolist(), r.level1_scores.tolist(),
+                                        r.level1_confidence.tolist(), cfg.escalate_below,
+                                        self.score_floor(r), risk, unsure)
+        chosen = capped(triggered, r.level1_scores.tolist(), cfg.escalate_max_share)
+        for i in chosen:
+            r.flags[i] = r.flags[i] + [f"l2_{t}" for t in triggered[i]]
+        r.escalated = torch.zeros(len(r), dtype=torch.bool, device=r.scores.device)
+        self.last = {"triggered": sum(1 for t in triggered if t), "escalated": len(chosen)}
         if not chosen:
             return
+        r.escalated[chosen] = True
         prompts, resps = [r.prompts[i] for i in chosen], [r.responses[i] for i in chosen]
         s, c = self.strong.score(prompts, resps)
         cost.add_rm("strong", len(chosen), rm_tokens(self.strong, prompts, resps))
+        s = torch.as_tensor(s, dtype=torch.float32).cpu()
+        if self.map is not None:
+            s = torch.as_tensor(self.map(s.numpy()), dtype=torch.float32)
         dev = r.scores.device
-        r.scores[chosen] = torch.as_tensor(s, dtype=torch.float32, device=dev)
+        r.extras["strong_raw"] = dict(zip(chosen, torch.as_tensor(s).tolist()))
+        r.scores[chosen] = s.to(dev)
         r.confidence[chosen] = torch.as_tensor(c, dtype=torch.float32, device=dev)
+
+    def state_dict(self) -> dict:
+        return {"history": self.history}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [list(map(float, h)) for h in state.get("history", [])]
+
+
+class HumanQueue:
+    """The human queue (issue 15): up to `human_labels_per_step` escalated samples a step, the
+    lowest light scores first, are labelled by the annotator pool (the world's stand-in for
+    human annotation: gold plus noise, bias and drift) at a simulated time that advances
+    `minutes_per_step` a step, so labels do not depend on the wall clock and a resumed run
+    labels the same. Rows go to the `human_labels` table; `labels` keeps the run's labels for
+    RM evolution (checkpointed)."""
+
+    name = "human_queue"
+
+    def __init__(self, cfg, pool, start, minutes_per_step: float = 10.0):
+        self.cfg, self.pool, self.start = cfg, pool, start
+        self.minutes = float(minutes_per_step)
+        self.labels: list[dict] = []  # {prompt, response, score, annotator_id, step}
+        self._rows: list[dict] = []
+
+    def after_score(self, trainer, r, cost: StepCost) -> None:
+        from datetime import timedelta
+
+        from rlhf.store.hashing import content_hash
+
+        step = getattr(trainer, "current_step", 0)
+        chosen = r.escalated.nonzero().flatten().tolist()
+        chosen = sorted(chosen, key=lambda i: (float(r.level1_scores[i]), i))
+        self._rows = []
+        for i in chosen[:self.cfg.human_labels_per_step]:
+            when = self.start + timedelta(minutes=self.minutes * step)
+            label = self.pool.label(r.prompts[i], [r.responses[i]], when)
+            cost.add_rm("human", 1, 0)
+            r.flags[i] = r.flags[i] + ["human_labelled"]
+            row = {"step": step, "prompt_id": r.prompt_ids[i],
+                   "prompt_hash": content_hash(r.prompts[i]),
+                   "response_hash": content_hash(r.responses[i]),
+                   "annotator_id": label.annotator_id, "labeled_at": label.labeled_at,
+                   "score": float(label.scores[0]),
+                   "light_score": float(r.level1_scores[i]),
+                   "triggers": [f[3:] for f in r.flags[i] if f.startswith("l2_")]}
+            self._rows.append(row)
+            self.labels.append({"prompt": r.prompts[i], "response": r.responses[i],
+                                "score": row["score"], "annotator_id": row["annotator_id"],
+                                "step": step})
+
+    def table_rows(self, step: int) -> dict[str, list[dict]]:
+        return {"human_labels": self._rows}
+
+    def state_dict(self) -> dict:
+        return {"labels": self.labels}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.labels = list(state.get("labels", []))
+
+
+class RouteBudget:
+    """Level 0's token budget (issue 15): each row stops at its prompt's route `max_new_tokens`
+    (prompts without a route: ppo.max_new_tokens). A generation hook; `prepare(batch)` tells it
+    the batch's prompt ids before `processors`."""
+
+    name = "route_budget"
+
+    def __init__(self, routes: dict, ceiling: int):
+        self.routes, self.ceiling = routes, int(ceiling)
+        self.budgets: list[int] = []
+
+    def prepare(self, batch: list[tuple[str, str]]) -> None:
+        self.budgets = [min(self.ceiling, int(getattr(self.routes.get(pid), "max_new_tokens",
+                                                      self.ceiling) or self.ceiling))
+                        for pid, _ in batch]
+
+    def processors(self, step: int, batch_size: int) -> tuple[list, list]:
+        from transformers import StoppingCriteria
+
+        budgets = self.budgets
+
+        class _Budget(StoppingCriteria):
+            def __init__(self):
+                self.start = None
+
+            def __call__(self, input_ids, scores, **kwargs):
+                if self.start is None:
+                    self.start = input_ids.shape[1] - 1
+                made = input_ids.shape[1] - self.start
+                return torch.tensor([made >= b for b in budgets], dtype=torch.bool,
+                                    device=input_ids.device)
+
+        return [], [_Budget()]
+
+    def finish(self, rollout) -> None:
+        for i, b in enumerate(self.budgets):
+            if b < self.ceiling and int(rollout.response_mask[i].sum()) >= b:
+                rollout.flags[i] = rollout.flags[i] + ["route_budget"]
 
     def state_dict(self) -> dict:
         return {}

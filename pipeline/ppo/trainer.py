@@ -59,7 +59,8 @@ from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler, 
                                         load_prompts, strata)
 from rlhf.pipeline.ppo.scheduler import PromptScheduler
 from rlhf.pipeline.ppo.schedules import KLController
-from rlhf.pipeline.ppo.tiers import Escalation, score_level1
+from rlhf.pipeline.ppo.rm_evolution import RMEvolution
+from rlhf.pipeline.ppo.tiers import Escalation, HumanQueue, RouteBudget, score_level1
 from rlhf.pipeline.ppo.update import Learner
 from rlhf.store.hashing import content_hash, keys_for
 from rlhf.store.rollouts import run_folder
@@ -75,11 +76,13 @@ class RunPaths:
     rm_scores: Path | None = None  # the `rm_scores` table folder (None: not recorded)
     train_metrics: Path | None = None  # the `train_metrics` table folder (None: not recorded)
     schedule: Path | None = None  # the rollout scheduler's `schedule` table (None: not recorded)
+    human_labels: Path | None = None  # the human queue's `human_labels` table (None: not recorded)
     checkpoints: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out, self.rollouts = Path(self.out), Path(self.rollouts)
-        for name in ("checkpoint_table", "rm_scores", "train_metrics", "schedule"):
+        for name in ("checkpoint_table", "rm_scores", "train_metrics", "schedule",
+                     "human_labels"):
             if getattr(self, name) is not None:
                 setattr(self, name, Path(getattr(self, name)))
         self.checkpoints = self.out / "checkpoints"
@@ -88,7 +91,8 @@ class RunPaths:
     def step_tables(self) -> dict[str, Path]:
         """{table: folder} of the per-step tables this run writes (store/rollouts.py layout)."""
         tables = {"rollouts": self.rollouts, "rm_scores": self.rm_scores,
-                  "train_metrics": self.train_metrics, "schedule": self.schedule}
+                  "train_metrics": self.train_metrics, "schedule": self.schedule,
+                  "human_labels": self.human_labels}
         return {t: folder for t, folder in tables.items() if folder is not None}
 
     @property
@@ -101,24 +105,56 @@ class RunPaths:
 
 
 def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None,
-              tokenizer=None) -> RolloutHooks:
+              tokenizer=None, light_scorer=None, score_map=None, routes=None,
+              annotators=None) -> RolloutHooks:
     """The rollout hooks `cfg`'s switches turn on (none: plain PPO). `prompt_space`: (prompt
     ids, embeddings, topic clusters) for the rollout scheduler (scheduler.load_prompt_space);
-    `tokenizer`: its eos / pad ids for entropy pruning."""
+    `tokenizer`: its eos / pad ids for entropy pruning; `light_scorer`: the RM RM evolution
+    fine-tunes; `score_map`: the strong-to-light map (reward/score_map.py); `routes`: Level 0's
+    {prompt_id: Route} (pipeline/router.py); `annotators`: (AnnotatorPool, start datetime) of
+    the human queue."""
     gen, post, gates, observers = [], [], [], []
+    if cfg.route_budget_on:  # Level 0 (issue 15): each prompt's token budget
+        if routes is None:
+            raise ValueError("ppo.route_budget_on needs Level 0's routes (rlhf ppo --routes)")
+        gen.append(RouteBudget(routes, cfg.max_new_tokens))
+    scheduler = None
+    if cfg.schedule_on:  # built first: Level 2 reads its high-uncertainty clusters
+        if prompt_space is None:
+            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
+        scheduler = PromptScheduler(cfg, *prompt_space)
     if cfg.prune_on:  # rollout economy I (issue 13): a generation and a post-scoring hook
         gen.append(EntropyStop(cfg, getattr(tokenizer, "eos_token_id", None),
                                getattr(tokenizer, "pad_token_id", None)))
         post.append(gen[-1])
     if cfg.resample_on:  # level three, before escalation (which then sees the final rows)
         post.append(Resample(cfg))
-    if strong_scorer is not None and cfg.escalate_below > 0:
-        post.append(Escalation(strong_scorer, cfg.escalate_below))
-    if cfg.schedule_on:  # rollout economy II (issue 14): gate + observer, one object
-        if prompt_space is None:
-            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
-        gates.append(PromptScheduler(cfg, *prompt_space))
-        observers.append(gates[-1])
+    if cfg.level2_on and strong_scorer is not None:  # Level 2 (issue 15)
+        if cfg.escalate_map == "fitted" and score_map is None:
+            raise ValueError("ppo.escalate_map fitted needs the reward stage's score map "
+                             "(score_map.json in the strong RM's folder)")
+        if cfg.escalate_high_risk and routes is None:
+            raise ValueError("ppo.escalate_high_risk needs Level 0's routes (rlhf ppo --routes)")
+        post.append(Escalation(strong_scorer, cfg,
+                               score_map if cfg.escalate_map == "fitted" else None, routes,
+                               scheduler.is_uncertain if scheduler is not None else None))
+    human = None
+    if cfg.human_labels_per_step:
+        if annotators is None:
+            raise ValueError("ppo.human_labels_per_step needs the world's annotator pool "
+                             "(preferences.annotators; a user's own data has none)")
+        human = HumanQueue(cfg, *annotators)
+        post.append(human)
+    if cfg.rm_gate_mask_on or cfg.rm_evolve_on:  # after Level 2: it sees the final scores
+        if light_scorer is None:
+            raise ValueError("ppo.rm_gate_mask_on / rm_evolve_on need the light RM")
+        evo = RMEvolution(cfg, light_scorer, strong_scorer,
+                          score_map if score_map is not None else None, human)
+        post.append(evo)
+        observers.append(evo)
+    if scheduler is not None:  # rollout economy II (issue 14): gate + observer, one object
+        gates.append(scheduler)
+        observers.append(scheduler)
     return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers)
 
 
@@ -134,7 +170,8 @@ class PPOTrainer:
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
         self.strong_scorer = strong_scorer  # Level 2 (seed 001 §4.1); None: Level 1 only
         self.hooks = (hooks if hooks is not None
-                      else hooks_for(cfg, strong_scorer, tokenizer=tokenizer))
+                      else hooks_for(cfg, strong_scorer, tokenizer=tokenizer,
+                                     light_scorer=scorer))
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.dist = Dist(self.acc)
         self.rank, self.world = self.dist.rank, self.dist.world
@@ -320,6 +357,21 @@ class PPOTrainer:
 
 
 # --------------------------------------------------------------------------- entry point
+def annotator_pool(prefs_cfg):
+    """(AnnotatorPool, start) of the human queue: params.yaml `preferences.annotators`, the
+    world's pool that labelled the RM's preferences (gold plus noise, bias and drift), labelling
+    PPO's samples from 30 days after that campaign's start (its drift carried on)."""
+    from datetime import UTC, datetime, timedelta
+
+    from rlhf.pipeline.world.annotators import AnnotatorPool
+
+    a = prefs_cfg.annotators
+    start = datetime.fromisoformat(a.start).replace(tzinfo=UTC)
+    pool = AnnotatorPool(a.n_annotators, a.noise_std, dict(a.bias), a.drift_per_day,
+                         prefs_cfg.seed, start)
+    return pool, start + timedelta(days=30)
+
+
 def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,
@@ -327,7 +379,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
         deepspeed_config: str | Path | None = None, embeddings: str | Path | None = None,
-        schedule: str | Path | None = None, probe=None) -> dict:
+        schedule: str | Path | None = None, probe=None, routes: str | Path | None = None,
+        human_labels: str | Path | None = None, annotators=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
@@ -336,7 +389,11 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders.
     `embeddings` (a `pool_embeddings` table folder, the dedup stage's) is loaded once when
     `cfg.schedule_on` (the rollout scheduler); its decisions go to the `schedule` folder.
-    `probe`: a post-scoring hook run after the config's (bench/economy_sample.py's measurement)."""
+    `probe`: a post-scoring hook run after the config's (bench/economy_sample.py's measurement).
+    Issue 15: `routes` (Level 0's `routes` table folder, pipeline/router.py) for the token budget
+    and the high-risk trigger; the strong RM folder's score_map.json puts Level 2's scores on the
+    light scale; `annotators` ((AnnotatorPool, start), `annotator_pool`) label the human queue,
+    whose rows go to the `human_labels` folder."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -362,7 +419,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table,
-                     rm_scores, train_metrics, schedule)
+                     rm_scores, train_metrics, schedule, human_labels)
     space = None
     if cfg.schedule_on:
         if embeddings is None:
@@ -370,7 +427,18 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         from rlhf.pipeline.ppo.scheduler import load_prompt_space
 
         space = load_prompt_space(embeddings, prompts, prompts_path)
-    hooks = hooks_for(cfg, strong, space, tokenizer)
+    smap = None
+    if strong_reward is not None and (Path(strong_reward) / "score_map.json").is_file():
+        from rlhf.pipeline.reward.score_map import ScoreMap
+
+        smap = ScoreMap.load(strong_reward)
+    route_table = None
+    if routes is not None:
+        from rlhf.pipeline.router import load_routes
+
+        route_table = load_routes(routes)
+    hooks = hooks_for(cfg, strong, space, tokenizer, light_scorer=scorer, score_map=smap,
+                      routes=route_table, annotators=annotators)
     if probe is not None:
         hooks = RolloutHooks(hooks.gates, hooks.generation, hooks.post_scoring + [probe],
                              hooks.observers)
@@ -379,6 +447,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                          strong_scorer=strong, deepspeed_config=deepspeed_config, hooks=hooks)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
-        if paths.schedule is not None:  # a declared output even when the scheduler is off
-            paths.schedule.mkdir(parents=True, exist_ok=True)
+        for folder in (paths.schedule, paths.human_labels):  # declared outputs, even when off
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
     return trainer.train(resume=resume)

@@ -590,7 +590,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
                             eval_prompts, demos_path, judge, log))
         if cfg.onpolicy_k:  # on PPO's own distribution: SFT samples as PPO samples them
             metrics["onpolicy"] = step("onpolicy_figures", onpolicy_figures, cfg, policy, ptok,
-                                       rollout_prompts, strong, light, judge, ppo_sampling, log)
+                                       rollout_prompts, strong, light, judge, ppo_sampling, log,
+                                       strong_dir)
             metrics.update(onpolicy_headlines(metrics["onpolicy"]))
         metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
         metrics["external"] = step("external_rm", external_accuracy, cfg, data.rows, init, tok,
@@ -604,9 +605,11 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
 
 
 def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str], strong, light,
-                     judge, sampling, log) -> dict[str, Any]:
+                     judge, sampling, log, strong_dir: Path | None = None) -> dict[str, Any]:
     """Each RM's Spearman vs gold on `onpolicy_k` fresh SFT samples per ppo-split prompt at
-    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py)."""
+    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py); and the
+    strong-to-light score map Level 2 puts escalated rewards on the light scale with, fitted on
+    these samples both RMs scored and saved into `strong_dir` (pipeline/reward/score_map.py)."""
     from rlhf.pipeline.generation import Sampling
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
 
@@ -625,14 +628,22 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
 
     probe = [i for g in data.groups for i in g[:2]]  # 2 samples a prompt: the probe's budget
     probe_p, probe_r = [data.prompts[i] for i in probe], [data.responses[i] for i in probe]
+    scored = {}
     for name, scorer in (("strong", strong), ("light", light)):
         rewards, _ = scorer(data.prompts, data.responses)
-        out[name] = onpolicy_report([float(x) for x in rewards], data)
+        scored[name] = [float(x) for x in rewards]
+        out[name] = onpolicy_report(scored[name], data)
         # does the RM prefer a hacked twin of PPO's own samples (a repeat, keyword salad, a
         # cut) over the sample, where the judge does not?
         out[name]["hacks"] = hack_probe(probe_p, probe_r,
                                         lambda ps, rs, s=scorer: s(ps, rs)[0].tolist(), judge,
                                         seed=cfg.seed + 9)
+    if strong_dir is not None and len(data) >= 4:
+        from rlhf.pipeline.reward.score_map import ScoreMap
+
+        smap = ScoreMap.fit(scored["strong"], scored["light"])
+        smap.save(strong_dir)
+        out["score_map"] = smap.report(scored["strong"], scored["light"])
     return out
 
 
