@@ -30,6 +30,8 @@ console = Console()
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
     return "-" if v is None else str(v)
 
 
