@@ -16,6 +16,7 @@ from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli import eval as eval_cmd
 from rlhf.cli import funnel as funnel_cmd
+from rlhf.cli import route as route_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -69,6 +70,7 @@ app.command("sft")(stages_rm.sft)
 app.command("preferences")(stages_rm.preferences)
 app.command("reward")(stages_rm.reward)
 app.command("difficulty")(stages_rm.difficulty)
+app.command("route")(route_cmd.route)
 app.command("demos")(stages_rm.demos)
 app.command("judge")(stages_rm.judge)
 

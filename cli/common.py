@@ -107,6 +107,8 @@ HEADLINES: dict[str, tuple[str, ...]] = {
        "spearman_light_vs_strong", "heldout_accuracy_mean", "speed_ratio", "seconds"),
     "difficulty": ("n_prompts", "mean_score", "bucket_counts", "corr_score_rm",
                    "sampler_full_coverage_share"),
+    "route": ("n_held_out", "complexity.held_out_accuracy", "high_risk.held_out_accuracy",
+              "high_risk.held_out.recall", "us_per_prompt"),
     "ppo": ("ppo.step", "ppo.reward_mean", "ppo.kl_div_mean", "rollouts", "escalated_rollouts",
             "heldout.sft.gold_mean", "heldout.ppo.gold_mean", "heldout.gold_gain"),
     "demos": ("n_demonstrations", "tokenizer_vocab"),

@@ -34,6 +34,7 @@ SECTIONS: dict[str, str] = {
     "preferences": "rlhf.pipeline.preferences:PreferencesConfig",
     "reward": "rlhf.pipeline.reward.stage:RewardConfig",
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
+    "router": "rlhf.pipeline.router:RouterConfig",
     "eval": "rlhf.pipeline.eval:EvalConfig",
     "judge": "rlhf.pipeline.judges:JudgeConfig",
     "demos": "rlhf.pipeline.demos:DemosConfig",

@@ -217,6 +217,22 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
         doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
     ),
+    # The Level-0 router's decision per pool prompt (`rlhf route`; issue 15, seed 001 §4.1),
+    # with the labels it was trained / measured on where known, so SQL can audit it.
+    "routes": _schema(
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_key", pa.int64(), nullable=False),  # hashing.prompt_key(prompt_id)
+        pa.field("pool_split", pa.string(), nullable=False),  # the pool's reward / ppo / eval
+        pa.field("split", pa.string(), nullable=False),  # the router's train / held_out
+        pa.field("complexity", pa.string(), nullable=False),  # predicted low / mid / high
+        pa.field("high_risk", pa.bool_(), nullable=False),  # predicted (False: no labels known)
+        pa.field("max_new_tokens", pa.int32(), nullable=False),  # router.max_new_tokens[complexity]
+        pa.field("label_complexity", pa.string()),  # the difficulty table's bucket
+        pa.field("label_score", pa.float32()),  # its difficulty score 0-10
+        pa.field("label_topic", pa.string()),  # the world's topic (null: no world / no topic)
+        pa.field("label_high_risk", pa.bool_()),  # its high_risk flag (null: no world)
+        doc="Level-0 router decisions per pool prompt: complexity, high risk, token budget.",
+    ),
     # Tables the query layer and its audits read (issue 7), written by PPO (`rlhf ppo --rm-scores`).
     # Every reward-model score PPO uses: the light RM's for each scored rollout, and the strong
     # RM's too for a rollout escalated to Level 2 (seed 001 §4.1); a confidence below the RM's

@@ -124,7 +124,7 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     lock = yaml.safe_load((profile / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"ingest", "dedup", "preferences", "judge", "demos", "sft",
-                                   "reward", "difficulty", "ppo", "eval"}
+                                   "reward", "difficulty", "route", "ppo", "eval"}
     art = profile / "artifacts"
     # every stage's report (artifacts/reports/, the details) and its headline metrics file
     metrics = {p.stem: json.loads(p.read_text()) for p in (art / "reports").glob("*.json")}
