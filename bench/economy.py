@@ -88,12 +88,43 @@ ARMS: dict[str, Arm] = {
     "pruning_norep_truncation": Arm(base="seed", stratified=True, overrides={
         "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
         "prune_treatment": "truncation"}),
+    # rollout economy III (issue 15, pipeline/ppo/tiers.py): Level 0's high-risk route, a low
+    # light score (bottom 10 % of the recent ones) and the confidence gate trigger Level 2, at
+    # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
+    # reward stage's score map; one sample a step to the human queue. Level 0's token budget is
+    # left out: its complexity head is below the majority class (README "Level 0 router")
+    "level02": Arm(base="plain", overrides={
+        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
+        "escalate_max_share": 0.07, "escalate_map": "fitted", "human_labels_per_step": 1,
+        "debug_rollouts": True}),
+    # the light RM that evolves (pipeline/ppo/rm_evolution.py): the confidence gate keeps
+    # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
+    "rm_evolution": Arm(base="plain", overrides={
+        "rm_gate_mask_on": True, "rm_evolve_on": True, "debug_rollouts": True}),
+    # every rollout-economy feature together, on seed PPO (stratified batches)
+    "all_economy": Arm(base="seed", stratified=True, overrides={
+        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
+        "prune_treatment": "truncation", "schedule_on": True,
+        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
+        "escalate_uncertain": True, "escalate_max_share": 0.07, "escalate_map": "fitted",
+        "human_labels_per_step": 1, "rm_gate_mask_on": True, "rm_evolve_on": True,
+        "debug_rollouts": True}),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }
 BASELINE = "plain"
-# inputs only arms with a switch read: {setup path key: the PPOConfig switch that reads it}
-FEATURE_INPUTS = {"pool_embeddings": "schedule_on"}
+# inputs only arms with a switch read: {setup path key: the PPOConfig switches that read it}
+FEATURE_INPUTS = {"pool_embeddings": ("schedule_on",),
+                  "rm_strong": ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
+                                "escalate_uncertain", "rm_evolve_on"),
+                  "score_map": ("escalate_map", "rm_evolve_on"),
+                  "routes": ("escalate_high_risk", "route_budget_on")}
+
+
+def reads(arm: Arm, key: str) -> bool:
+    """Whether `arm` switches on a feature that reads input `key` (FEATURE_INPUTS)."""
+    return any(arm.overrides.get(s) not in (None, False, 0, 0.0, "none")
+               for s in FEATURE_INPUTS[key])
 PEER_GROUP = 4  # GRPO / RLOO samples per prompt (16 rollouts a step = 4 prompts x 4)
 EVAL_POINTS = 6  # checkpoints per run besides SFT
 
@@ -156,14 +187,14 @@ def prepare(args) -> dict:
         if missing:
             raise SystemExit(f"missing inputs (run `dvc repro ppo` first): {', '.join(missing)}")
         held = held_out_prompts(a / "store")
-        strong = a / "models" / "rm_strong" if base.escalate_below > 0 else None
+        strong = a / "models" / "rm_strong" if (a / "models" / "rm_strong").is_dir() else None
     hashes = {k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
               for k, v in src.items()}
     # inputs only some arms read: in those arms' specs alone (spec_of), so adding one keeps
     # every other arm's saved results valid
     feature_hashes = {k: hashes.pop(k) for k in FEATURE_INPUTS if k in hashes}
     if strong:  # Level 2 escalation reads it in place (263 MB): hashed, not copied
-        hashes["rm_strong"] = tree_hash(strong)
+        feature_hashes["rm_strong"] = tree_hash(strong)
     old = json.loads((out / "setup.json").read_text()) if (out / "setup.json").exists() else {}
     inputs.mkdir(parents=True, exist_ok=True)
     old_hashes = {**old.get("hashes", {}), **old.get("feature_hashes", {})}
@@ -174,13 +205,14 @@ def prepare(args) -> dict:
             (shutil.copytree if v.is_dir() else shutil.copy)(v, dst)
     if args.quick:
         shutil.rmtree(scratch, ignore_errors=True)
+    extra_paths = {} if args.quick else tier_inputs(args, inputs, strong, feature_hashes)
     steps = args.steps or (QUICK_STEPS if args.quick else 2 * base.total_steps)
     tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
     setup = {
-        "judge": judge_setup(args),
+        "judge": judge_setup(args), "params": str(args.params),
         "quick": bool(args.quick), "steps": steps, "token_budget": tokens, "points": args.points,
         "peer_group": PEER_GROUP,
-        "paths": {k: str(inputs / v.name) for k, v in src.items()},
+        "paths": {**{k: str(inputs / v.name) for k, v in src.items()}, **extra_paths},
         "strong_reward": str(strong) if strong else None,
         "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
         "feature_hashes": feature_hashes,
@@ -193,6 +225,56 @@ def prepare(args) -> dict:
     }
     (out / "setup.json").write_text(json.dumps(setup, indent=1))
     return json.loads((out / "setup.json").read_text())  # as the jobs will read it
+
+
+def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -> dict:
+    """Issue 15's inputs, made once per results folder from the snapshot: the strong-to-light
+    score map (the strong RM folder's, else fitted here exactly as the reward stage's on-policy
+    step fits it: `reward.onpolicy_k` SFT samples per ppo prompt at PPO's sampling, both RMs'
+    scores, `ScoreMap.fit`) and Level 0's routes (the route stage on the snapshot)."""
+    from rlhf.pipeline.config import load_config
+    from rlhf.store.hashing import content_hash, tree_hash
+
+    out: dict = {}
+    if strong is not None:
+        path = inputs / "score_map.json"
+        if (strong / "score_map.json").is_file():
+            shutil.copy(strong / "score_map.json", path)
+        elif not path.is_file():
+            from rlhf.pipeline.generation import Sampling
+            from rlhf.pipeline.policy import load_policy
+            from rlhf.pipeline.ppo.samplers import load_prompts
+            from rlhf.pipeline.reward import load_scorer
+            from rlhf.pipeline.reward.onpolicy import onpolicy_set
+            from rlhf.pipeline.reward.score_map import ScoreMap
+
+            rcfg, ppo = load_config(args.params, "reward"), load_config(args.params, "ppo")
+            smp = Sampling(ppo.temperature, ppo.top_p, ppo.max_new_tokens)
+            policy, tok = load_policy(inputs / "sft")
+            prompts = [t for _, t in load_prompts(inputs / "pool")]
+            print(f"fitting the strong-to-light score map on {len(prompts)} x {rcfg.onpolicy_k} "
+                  "SFT samples", flush=True)
+            data = onpolicy_set(policy, tok, prompts, rcfg.onpolicy_k, smp.temperature,
+                                smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size)
+            s = load_scorer(strong)(data.prompts, data.responses)[0].tolist()
+            li = load_scorer(inputs / "rm_light")(data.prompts, data.responses)[0].tolist()
+            smap = ScoreMap.fit(s, li)
+            smap.save(inputs)
+            (inputs / "score_map_report.json").write_text(json.dumps(smap.report(s, li)))
+        out["score_map"] = str(path)
+        feature_hashes["score_map"] = content_hash(path.read_text())[:16]
+    a = args.artifacts
+    if (inputs / "pool_embeddings").is_dir() and (inputs / "difficulty").is_dir():
+        from rlhf.pipeline.router import run as route
+
+        topics = a / "world" / "topics.json"
+        if not (inputs / "routes").is_dir():
+            route(load_config(args.params, "router"), inputs / "pool", inputs / "pool_embeddings",
+                  inputs / "difficulty", inputs / "routes", inputs / "router",
+                  topics if topics.is_file() else None)
+        out["routes"] = str(inputs / "routes")
+        feature_hashes["routes"] = tree_hash(inputs / "routes")
+    return out
 
 
 WORLD_JUDGE = {"kind": "world_gold", "name": "world_gold"}
@@ -228,7 +310,7 @@ def spec_of(setup: dict, arm_name: str) -> dict:
             "eval": setup["eval"], "base_config": setup["base_config"],
             "judge": judge_spec(setup)}
     used = {k: v for k, v in setup.get("feature_hashes", {}).items()
-            if ARMS[arm_name].overrides.get(FEATURE_INPUTS[k])}
+            if reads(ARMS[arm_name], k)}
     if used:
         spec["feature_hashes"] = used
     return spec
@@ -386,12 +468,16 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
             from economy_sample import Probe
 
             probe = Probe(work / "probe.jsonl")
+        tiered = {}
+        if any(reads(arm, k) for k in ("rm_strong", "routes")) or cfg.human_labels_per_step:
+            tiered = tier_run_args(cfg, arm, paths, work, setup)
         run(cfg, paths["sft"], paths["rm_light"], paths["pool"], work, work / "rollouts",
             run_id=f"{arm_name}-seed{seed}", progress=False,
             difficulty=paths["difficulty"] if stratified else None,
-            strong_reward=setup["strong_reward"], probe=probe,
+            strong_reward=setup["strong_reward"] if reads(arm, "rm_strong") else None,
+            probe=probe,
             **({"embeddings": paths["pool_embeddings"], "schedule": work / "schedule"}
-               if scheduled else {}))
+               if scheduled else {}), **tiered)
         seconds_train = time.perf_counter() - t
         cum = {}
         for line in (work / "metrics.jsonl").read_text().splitlines():
@@ -429,6 +515,10 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
 
         extra["schedule"] = job_figures(work, f"{arm_name}-seed{seed}", cfg, setup, gold_of,
                                         judge_of(setup))
+    if arm.trainer == "ppo" and (work / "rm_scores").is_dir():
+        from economy_tiers import job_figures as tier_figures  # issue 15
+
+        extra["tiers"] = tier_figures(work, f"{arm_name}-seed{seed}", setup, judge_of(setup))
     res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer, **extra,
            "features_on": features_on(cfg) if arm.trainer == "ppo" else {},
            "stratified": stratified,
@@ -444,6 +534,24 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
             except OSError:
                 break
     return res
+
+
+def tier_run_args(cfg, arm: Arm, paths: dict, work: Path, setup: dict) -> dict:
+    """`trainer.run` arguments of issue 15's arms: the routes, the human queue's pool (params'
+    preferences section) and table, the `rm_scores` table the tier figures read, and the score
+    map from the inputs (the strong RM folder itself is read in place, 263 MB)."""
+    from rlhf.pipeline.config import load_config
+    from rlhf.pipeline.ppo.trainer import annotator_pool
+
+    out = {"rm_scores": work / "rm_scores", "score_map": paths.get("score_map")}
+    if reads(arm, "routes"):
+        out["routes"] = paths["routes"]
+    if cfg.human_labels_per_step:
+        params = Path(setup.get("params", REPO / "params.yaml"))
+        out["annotators"] = annotator_pool(load_config(params, "preferences",
+                                                       ("annotators", "seed", "labels")))
+        out["human_labels"] = work / "human_labels"
+    return out
 
 
 def code_version() -> str:

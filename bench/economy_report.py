@@ -192,6 +192,9 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
     from economy_schedule import report_section as schedule_section  # issue 14
 
     lines += schedule_section(runs, baseline)
+    from economy_tiers import report_section as tiers_section  # issue 15
+
+    lines += tiers_section(runs, baseline)
     lines += _update_section(out)
     _write(report, lines, stale)
 

@@ -135,6 +135,16 @@ def _trainer(tmp_path, scorer, strong=None, routes=None, annotators=None, smap=N
                       paths, strong_scorer=strong, hooks=hooks)
 
 
+def _audit(store, *args):
+    from typer.testing import CliRunner
+
+    from rlhf.cli.app import app
+
+    res = CliRunner().invoke(app, ["audit", *args, "--store", str(store), "--format", "jsonl"])
+    assert res.exit_code == 0, res.output
+    return [json.loads(x) for x in res.output.splitlines()]
+
+
 def _rows(tmp_path, table="rollouts"):
     return sorted(read_table(table, tmp_path / table).to_pylist(),
                   key=lambda r: (r["step"], r["prompt_id"]))
@@ -185,6 +195,14 @@ def test_high_risk_routes_escalate_and_the_human_queue_labels_them(tmp_path):
     # labelled at the run's simulated clock: 10 minutes a step
     times = sorted(lab["labeled_at"] for lab in labels)
     assert len(set(times)) == len(times)
+    # `rlhf audit rm`: escalations by trigger and the human labels, on the strong RM's rows
+    strong_rows = [r for r in _audit(tmp_path, "rm", "1") if r["rm_name"] == "strong_rm"]
+    assert sum(r["by_high_risk"] for r in strong_rows) == len(l2)
+    assert sum(r["human_labels"] for r in strong_rows) == len(labels)
+    assert sum(r["by_low_score"] + r["by_confidence"] for r in strong_rows) == 0
+    # `rlhf audit annotators` counts them with the preference campaign's labels
+    ann = _audit(tmp_path, "annotators")
+    assert sum(r["labels"] for r in ann) == len(labels)
 
 
 def test_route_budget_stops_each_row_at_its_prompts_budget(tmp_path):
@@ -247,6 +265,10 @@ def test_a_refresh_fine_tunes_and_hot_swaps_the_light_rm(tmp_path, rm_world):
     swaps = [e for e in events if e.get("kind", e.get("event")) == "rm_swap"]
     assert swaps and swaps[0]["reason"] == "rm_refresh"
     assert len(evo.checks) == 3 and evo.checks[0]["swapped"]  # steps 1 (refresh), 2, 4
+    light_rows = [r for r in _audit(tmp_path, "rm", "1") if r["rm_name"] == "light_rm"]
+    assert [r["swap"] for r in light_rows if r["rm_version"] == base] == [0]
+    assert sum(r["swap"] for r in light_rows) == evo.swaps
+    assert min(r["from_step"] for r in light_rows if r["rm_version"] != base) == 2
 
 
 def test_no_drop_no_swap(tmp_path, rm_world):

@@ -380,7 +380,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
         deepspeed_config: str | Path | None = None, embeddings: str | Path | None = None,
         schedule: str | Path | None = None, probe=None, routes: str | Path | None = None,
-        human_labels: str | Path | None = None, annotators=None) -> dict:
+        human_labels: str | Path | None = None, annotators=None,
+        score_map: str | Path | None = None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
@@ -427,11 +428,14 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         from rlhf.pipeline.ppo.scheduler import load_prompt_space
 
         space = load_prompt_space(embeddings, prompts, prompts_path)
-    smap = None
-    if strong_reward is not None and (Path(strong_reward) / "score_map.json").is_file():
+    smap = None  # `score_map` (a score_map.json), else the strong RM folder's
+    if score_map is None and strong_reward is not None:
+        if (Path(strong_reward) / "score_map.json").is_file():
+            score_map = strong_reward
+    if score_map is not None:
         from rlhf.pipeline.reward.score_map import ScoreMap
 
-        smap = ScoreMap.load(strong_reward)
+        smap = ScoreMap.load(score_map)
     route_table = None
     if routes is not None:
         from rlhf.pipeline.router import load_routes
