@@ -101,6 +101,10 @@ ARMS: dict[str, Arm] = {
     # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
     "rm_evolution": Arm(base="plain", overrides={
         "rm_gate_mask_on": True, "rm_evolve_on": True, "debug_rollouts": True}),
+    # RM evolution alone, every sample trained on (the gate kept 14 % of them in rm_evolution:
+    # the calibrated light RM is below 0.6 on most of the policy's own samples)
+    "rm_evolution_ungated": Arm(base="plain", overrides={
+        "rm_evolve_on": True, "debug_rollouts": True}),
     # every rollout-economy feature together, on seed PPO (stratified batches)
     "all_economy": Arm(base="seed", stratified=True, overrides={
         "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
