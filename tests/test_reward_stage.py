@@ -75,6 +75,14 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
                    tmp_path / "reward.json", pool_dir=pool, judge=toy_gold)
     saved = json.loads((tmp_path / "reward.json").read_text())
     assert saved["heldout_accuracy_mean"] == pytest.approx(m["heldout_accuracy_mean"])
+    # Level 2's one reward scale (issue 15): the strong-to-light map, fitted on the on-policy
+    # samples both RMs scored, saved with the strong RM
+    from rlhf.pipeline.reward.score_map import ScoreMap
+
+    assert rcfg.onpolicy_k > 0
+    smap = ScoreMap.load(tmp_path / "rm_strong")
+    assert smap.n == m["onpolicy"]["score_map"]["n"] > 0
+    assert list(smap.ys) == sorted(smap.ys) and m["onpolicy"]["score_map"]["std_light"] > 0
     # the toy task is learnable: the RM ranks held-out pairs and fresh samples like the judge
     # (the toy judge has coarse levels, so most pairs tie on gold; vs-gold counts the others)
     assert m["heldout_accuracy_vs_gold"] >= 0.75, m
