@@ -113,6 +113,13 @@ ARMS: dict[str, Arm] = {
         "escalate_uncertain": True, "escalate_max_share": 0.07, "escalate_map": "fitted",
         "human_labels_per_step": 1, "rm_gate_mask_on": True, "rm_evolve_on": True,
         "debug_rollouts": True}),
+    # the same without the confidence gate's loss mask (which kept 14-16 % of the samples)
+    "all_economy_ungated": Arm(base="seed", stratified=True, overrides={
+        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
+        "prune_treatment": "truncation", "schedule_on": True,
+        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
+        "escalate_uncertain": True, "escalate_max_share": 0.07, "escalate_map": "fitted",
+        "human_labels_per_step": 1, "rm_evolve_on": True, "debug_rollouts": True}),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }
