@@ -59,6 +59,14 @@ class Arm:
     stratified: bool = False  # batches from the difficulty table, as the ppo stage draws them
 
 
+# issue 15's switches, composed into its arms below
+LEVEL02 = {"escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
+           "escalate_max_share": 0.07, "escalate_map": "fitted", "human_labels_per_step": 1}
+EVOLVE = {"rm_evolve_on": True}
+ALL_ECONOMY = {"prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
+               "prune_treatment": "truncation", "schedule_on": True, **LEVEL02,
+               "escalate_uncertain": True, **EVOLVE, "debug_rollouts": True}
+
 ARMS: dict[str, Arm] = {
     "plain": Arm(base="plain"),
     "seed": Arm(base="seed", stratified=True),
@@ -93,33 +101,19 @@ ARMS: dict[str, Arm] = {
     # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
     # reward stage's score map; one sample a step to the human queue. Level 0's token budget is
     # left out: its complexity head is below the majority class (README "Level 0 router")
-    "level02": Arm(base="plain", overrides={
-        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
-        "escalate_max_share": 0.07, "escalate_map": "fitted", "human_labels_per_step": 1,
-        "debug_rollouts": True}),
+    "level02": Arm(base="plain", overrides={**LEVEL02, "debug_rollouts": True}),
     # the light RM that evolves (pipeline/ppo/rm_evolution.py): the confidence gate keeps
     # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
-    "rm_evolution": Arm(base="plain", overrides={
-        "rm_gate_mask_on": True, "rm_evolve_on": True, "debug_rollouts": True}),
+    "rm_evolution": Arm(base="plain", overrides={**EVOLVE, "rm_gate_mask_on": True,
+                                                 "debug_rollouts": True}),
     # RM evolution alone, every sample trained on (the gate kept 14 % of them in rm_evolution:
     # the calibrated light RM is below 0.6 on most of the policy's own samples)
-    "rm_evolution_ungated": Arm(base="plain", overrides={
-        "rm_evolve_on": True, "debug_rollouts": True}),
-    # every rollout-economy feature together, on seed PPO (stratified batches)
+    "rm_evolution_ungated": Arm(base="plain", overrides={**EVOLVE, "debug_rollouts": True}),
+    # every rollout-economy feature together, on seed PPO (stratified batches), and the same
+    # without the confidence gate's loss mask (which kept 14-16 % of the samples)
     "all_economy": Arm(base="seed", stratified=True, overrides={
-        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
-        "prune_treatment": "truncation", "schedule_on": True,
-        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
-        "escalate_uncertain": True, "escalate_max_share": 0.07, "escalate_map": "fitted",
-        "human_labels_per_step": 1, "rm_gate_mask_on": True, "rm_evolve_on": True,
-        "debug_rollouts": True}),
-    # the same without the confidence gate's loss mask (which kept 14-16 % of the samples)
-    "all_economy_ungated": Arm(base="seed", stratified=True, overrides={
-        "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
-        "prune_treatment": "truncation", "schedule_on": True,
-        "escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
-        "escalate_uncertain": True, "escalate_max_share": 0.07, "escalate_map": "fitted",
-        "human_labels_per_step": 1, "rm_evolve_on": True, "debug_rollouts": True}),
+        **ALL_ECONOMY, "rm_gate_mask_on": True}),
+    "all_economy_ungated": Arm(base="seed", stratified=True, overrides=ALL_ECONOMY),
     "grpo": Arm(trainer="grpo", base="plain"),
     "rloo": Arm(trainer="rloo", base="plain"),
 }
