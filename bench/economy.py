@@ -109,6 +109,10 @@ ARMS: dict[str, Arm] = {
     # RM evolution alone, every sample trained on (the gate kept 14 % of them in rm_evolution:
     # the calibrated light RM is below 0.6 on most of the policy's own samples)
     "rm_evolution_ungated": Arm(base="plain", overrides={**EVOLVE, "debug_rollouts": True}),
+    # the same with the annotator pool labelling every check sample (human labels, as the seed's
+    # evolving RM has), not the strong RM, which the policy learns to fool as it does the light
+    "rm_evolution_human": Arm(base="plain", overrides={**EVOLVE, "rm_label_source": "annotators",
+                                                       "debug_rollouts": True}),
     # every rollout-economy feature together, on seed PPO (stratified batches), and the same
     # without the confidence gate's loss mask (which kept 14-16 % of the samples)
     "all_economy": Arm(base="seed", stratified=True, overrides={
@@ -551,7 +555,7 @@ def tier_run_args(cfg, arm: Arm, paths: dict, work: Path, setup: dict) -> dict:
     out = {"rm_scores": work / "rm_scores", "score_map": paths.get("score_map")}
     if reads(arm, "routes"):
         out["routes"] = paths["routes"]
-    if cfg.human_labels_per_step:
+    if cfg.human_labels_per_step or (cfg.rm_evolve_on and cfg.rm_label_source == "annotators"):
         params = Path(setup.get("params", REPO / "params.yaml"))
         out["annotators"] = annotator_pool(load_config(params, "preferences",
                                                        ("annotators", "seed", "labels")))

@@ -262,8 +262,10 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("annotator_id", pa.string(), nullable=False),
         pa.field("labeled_at", _TS, nullable=False),  # the run's simulated labelling clock
         pa.field("score", pa.float32(), nullable=False),  # the annotator's 0-5 score
-        pa.field("light_score", pa.float32(), nullable=False),  # the light RM's, for comparison
-        pa.field("triggers", pa.list_(pa.string()), nullable=False),  # why it reached Level 2
+        pa.field("light_score", pa.float32()),  # the light RM's, for comparison (null: an RM check)
+        # why it was labelled: its Level-2 triggers, or ["rm_check"] (RM evolution's check,
+        # ppo.rm_label_source annotators)
+        pa.field("triggers", pa.list_(pa.string()), nullable=False),
         doc="Human-queue labels of Level-2 samples, with annotator and time (issue 15).",
     ),
     # One row per saved policy checkpoint: what `rlhf audit lineage CHECKPOINT` starts from.

@@ -271,6 +271,26 @@ def test_a_refresh_fine_tunes_and_hot_swaps_the_light_rm(tmp_path, rm_world):
     assert min(r["from_step"] for r in light_rows if r["rm_version"] != base) == 2
 
 
+def test_annotators_label_every_check_sample(tmp_path, rm_world):
+    from rlhf.pipeline.preferences import PreferencesConfig
+
+    light = load_scorer(rm_world["reward"], "light_rm")
+    strong = load_scorer(rm_world["strong_reward"], "strong_rm")
+    t = _trainer(tmp_path, light, strong, annotators=annotator_pool(PreferencesConfig()),
+                 total_steps=4, rm_evolve_on=True, rm_check_every=2, rm_check_samples=8,
+                 rm_label_source="annotators")
+    evo = next(h for h in t.hooks.all() if h.name == "rm_evolution")
+    last = t.train()
+    labels = _rows(tmp_path, "human_labels")
+    assert labels and all(x["triggers"] == ["rm_check"] and x["light_score"] is None
+                          for x in labels)
+    assert [c["human_labels"] for c in evo.checks] == [8, 8]  # steps 2 and 4: 8 samples each
+    assert last["human_rm_calls_cum"] == len(labels) and last["strong_rm_calls_cum"] == 0
+    with pytest.raises(ValueError, match="annotator pool"):
+        _trainer(tmp_path / "x", light, strong, rm_evolve_on=True,
+                 rm_label_source="annotators")
+
+
 def test_no_drop_no_swap(tmp_path, rm_world):
     t, evo, light = _evolving(tmp_path, rm_world, refresh=False, total_steps=2, rm_drop=0.99)
     base = light.version

@@ -128,6 +128,10 @@ class PPOConfig:
     # detector's rm_refresh) fine-tunes the light RM on the queue and those labels
     # (`rm_finetune_epochs` at `rm_finetune_lr`) and hot-swaps it (a new rm_version)
     rm_evolve_on: bool = False
+    # who labels a check's samples: "strong" (the strong RM through the score map; the human
+    # queue's labels where it has them) or "annotators" (the world's annotator pool labels every
+    # check sample: human labels, counted as human_rm_calls and stored in `human_labels`)
+    rm_label_source: Literal["strong", "annotators"] = "strong"
     rm_check_every: int = 10
     rm_check_samples: int = 48
     rm_drop: float = 0.05

@@ -8,9 +8,10 @@ and step observer, `RMEvolution`, on the trainer's seam:
   the light RM's gate (0.6) and that Level 2 did not re-score is kept out of the step's update
   (`valid` false, flag `gated`) and queued for fine-tuning (at most `rm_queue_max`, newest kept).
 - The check (`ppo.rm_evolve_on`), every `rm_check_every` steps: the last `rm_check_samples`
-  samples of the current policy are labelled (the human queue's label where it has one, mapped
-  onto the light scale by quantile matching against the light RM's scores of the labelled
-  samples; else the strong RM's score through the reward stage's score map) and the light RM's
+  samples of the current policy are labelled (with `rm_label_source: annotators` every one by
+  the annotator pool; else the human queue's label where it has one and the strong RM's score
+  through the reward stage's score map for the rest; human scores are mapped onto the light
+  scale by quantile matching against the light RM's scores of the labelled samples) and the light RM's
   Spearman against the labels is compared with the first check's (`reference`). A relative drop
   above `rm_drop`, or an `rm_refresh` request of the reward-collapse detector (seed 000 §5.1, in
   the step's metrics), fine-tunes the light RM on those labels and the queue (labelled by the
@@ -61,6 +62,7 @@ class RMEvolution:
         self.weights: str | None = None  # the current evolved weights (None: as loaded)
         self.pending_refresh = False
         self.out: Path | None = None
+        self.ids: dict[str, str] = {}  # prompt text -> prompt id (the human_labels rows)
 
     # ------------------------------------------------------------------ the hook
     def after_score(self, trainer, r, cost: StepCost) -> None:
@@ -77,6 +79,7 @@ class RMEvolution:
         self.queue = (self.queue + [[r.prompts[i], r.responses[i]] for i in low])[
             -cfg.rm_queue_max:]
         ok = [i for i in range(len(r)) if bool(r.valid[i]) or i in low]
+        self.ids.update((r.prompts[i], r.prompt_ids[i]) for i in ok)
         self.window = (self.window + [[r.prompts[i], r.responses[i]] for i in ok])[
             -cfg.rm_check_samples:]
         due = step % cfg.rm_check_every == 0 or self.pending_refresh
@@ -138,6 +141,11 @@ class RMEvolution:
 
         refresh, self.pending_refresh = self.pending_refresh, False
         pairs = [list(p) for p in self.window]
+        if self.cfg.rm_label_source == "annotators":  # every check sample labelled by hand
+            have = {(h["prompt"], h["response"]) for h in self.human.labels}
+            for p, x in pairs:
+                if (p, x) not in have:
+                    self.human.label(step, self.ids.get(p, ""), p, x, None, ["rm_check"], cost)
         labels, src = self.labels(pairs, cost)
         light, _ = self._light([p for p, _ in pairs], [x for _, x in pairs], cost)
         rho = spearman(light, labels)

@@ -149,30 +149,38 @@ class HumanQueue:
         self._rows: list[dict] = []
 
     def after_score(self, trainer, r, cost: StepCost) -> None:
-        from datetime import timedelta
-
-        from rlhf.store.hashing import content_hash
-
         step = getattr(trainer, "current_step", 0)
         chosen = r.escalated.nonzero().flatten().tolist()
         chosen = sorted(chosen, key=lambda i: (float(r.level1_scores[i]), i))
         self._rows = []
         for i in chosen[:self.cfg.human_labels_per_step]:
-            when = self.start + timedelta(minutes=self.minutes * step)
-            label = self.pool.label(r.prompts[i], [r.responses[i]], when)
-            cost.add_rm("human", 1, 0)
             r.flags[i] = r.flags[i] + ["human_labelled"]
-            row = {"step": step, "prompt_id": r.prompt_ids[i],
-                   "prompt_hash": content_hash(r.prompts[i]),
-                   "response_hash": content_hash(r.responses[i]),
-                   "annotator_id": label.annotator_id, "labeled_at": label.labeled_at,
-                   "score": float(label.scores[0]),
-                   "light_score": float(r.level1_scores[i]),
-                   "triggers": [f[3:] for f in r.flags[i] if f.startswith("l2_")]}
-            self._rows.append(row)
-            self.labels.append({"prompt": r.prompts[i], "response": r.responses[i],
-                                "score": row["score"], "annotator_id": row["annotator_id"],
-                                "step": step})
+            self.label(step, r.prompt_ids[i], r.prompts[i], r.responses[i],
+                       float(r.level1_scores[i]),
+                       [f[3:] for f in r.flags[i] if f.startswith("l2_")], cost)
+
+    def label(self, step: int, prompt_id: str, prompt: str, response: str,
+              light_score: float | None,
+              triggers: list[str], cost: StepCost) -> float:
+        """One annotator label of (prompt, response) at the step's simulated time: stored (the
+        `human_labels` row), kept for RM evolution, counted; returns the 0-5 score."""
+        from datetime import timedelta
+
+        from rlhf.store.hashing import content_hash
+
+        when = self.start + timedelta(minutes=self.minutes * step)
+        label = self.pool.label(prompt, [response], when)
+        cost.add_rm("human", 1, 0)
+        self._rows.append({"step": step, "prompt_id": prompt_id,
+                           "prompt_hash": content_hash(prompt),
+                           "response_hash": content_hash(response),
+                           "annotator_id": label.annotator_id, "labeled_at": label.labeled_at,
+                           "score": float(label.scores[0]), "light_score": light_score,
+                           "triggers": triggers})
+        self.labels.append({"prompt": prompt, "response": response,
+                            "score": float(label.scores[0]),
+                            "annotator_id": label.annotator_id, "step": step})
+        return float(label.scores[0])
 
     def table_rows(self, step: int) -> dict[str, list[dict]]:
         return {"human_labels": self._rows}

@@ -139,10 +139,12 @@ def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None,
                                score_map if cfg.escalate_map == "fitted" else None, routes,
                                scheduler.is_uncertain if scheduler is not None else None))
     human = None
-    if cfg.human_labels_per_step:
+    evolving_by_hand = cfg.rm_evolve_on and cfg.rm_label_source == "annotators"
+    if cfg.human_labels_per_step or evolving_by_hand:
         if annotators is None:
-            raise ValueError("ppo.human_labels_per_step needs the world's annotator pool "
-                             "(preferences.annotators; a user's own data has none)")
+            raise ValueError("ppo.human_labels_per_step and ppo.rm_label_source annotators need "
+                             "the world's annotator pool (preferences.annotators; a user's own "
+                             "data has none)")
         human = HumanQueue(cfg, *annotators)
         post.append(human)
     if cfg.rm_gate_mask_on or cfg.rm_evolve_on:  # after Level 2: it sees the final scores
