@@ -61,10 +61,12 @@ def job_figures(work: Path, run_id: str, setup: dict, judge=None) -> dict:
     if hl.is_dir():
         labels = [x for x in read_table("human_labels", hl).to_pylist() if x["run_id"] == run_id]
         out["human_labels"] = len(labels)
-        out["human_vs_gold_spearman"] = _r(spearman(
-            [x["score"] for x in labels],
-            [key.get((x["step"], x["prompt_id"], x["response_hash"]), float("nan"))
-             for x in labels])) if len(labels) >= 3 else None
+        # keyed by sample, not step: an RM check labels samples of its last few steps
+        by_sample = {(k[1], k[2]): g for k, g in key.items()}
+        pairs = [(x["score"], by_sample[(x["prompt_id"], x["response_hash"])]) for x in labels
+                 if (x["prompt_id"], x["response_hash"]) in by_sample]
+        out["human_vs_gold_spearman"] = (_r(spearman([a for a, _ in pairs], [b for _, b in pairs]))
+                                         if len(pairs) >= 3 else None)
     scores = [s for s in read_table("rm_scores", work / "rm_scores").to_pylist()
               if s["run_id"] == run_id and s["rm_name"] == "light_rm"]
     win: dict[int, list] = {}
