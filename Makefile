@@ -29,7 +29,9 @@ $(STAMP): pyproject.toml requirements.lock
 
 run: setup
 	$(BIN)/dvc repro
-	$(BIN)/dvc status
+	@# the root pipeline only: a bare `dvc status` also lists the realdata profile's stages,
+	@# which `make run` does not build (profiles/realdata/dvc.yaml)
+	$(BIN)/dvc status dvc.yaml
 	@# the last stage's verdict: SFT vs every PPO checkpoint (artifacts/eval/report.md)
 	@sed -n '/^| step/,/^## Figures/p' artifacts/eval/report.md
 	@echo "plots: artifacts/eval/gold_proxy_vs_kl.png, artifacts/eval/metrics_sft_vs_ppo.png;" \
