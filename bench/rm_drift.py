@@ -5,14 +5,19 @@ can re-label for RM evolution).
 
     cd <a clone after make run> && .venv/bin/python <repo>/bench/rm_drift.py
 """
-from rlhf.pipeline.policy import load_policy
-from rlhf.pipeline.ppo.samplers import load_prompts
-from rlhf.pipeline.reward import load_scorer
-from rlhf.pipeline.reward.onpolicy import onpolicy_set, spearman
-prompts=[t for _,t in load_prompts('artifacts/store/pool')]
-strong=load_scorer('artifacts/models/rm_strong'); light=load_scorer('artifacts/models/rm_light')
-for name in ['artifacts/models/sft','artifacts/ppo/policy']:
-    pol,tok=load_policy(name)
-    d=onpolicy_set(pol,tok,prompts,4,0.8,0.95,48,7,64)
-    s=strong(d.prompts,d.responses)[0].tolist(); l=light(d.prompts,d.responses)[0].tolist()
-    print(name, len(d), 'gold', round(sum(d.gold)/len(d),4), 'strong vs gold', round(spearman(s,d.gold),3), 'light vs gold', round(spearman(l,d.gold),3))
+def main() -> None:
+    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.ppo.samplers import load_prompts
+    from rlhf.pipeline.reward import load_scorer
+    from rlhf.pipeline.reward.onpolicy import onpolicy_set, spearman
+    prompts=[t for _,t in load_prompts('artifacts/store/pool')]
+    strong=load_scorer('artifacts/models/rm_strong'); light=load_scorer('artifacts/models/rm_light')
+    for name in ['artifacts/models/sft','artifacts/ppo/policy']:
+        pol,tok=load_policy(name)
+        d=onpolicy_set(pol,tok,prompts,4,0.8,0.95,48,7,64)
+        s=strong(d.prompts,d.responses)[0].tolist(); l=light(d.prompts,d.responses)[0].tolist()
+        print(name, len(d), 'gold', round(sum(d.gold)/len(d),4), 'strong vs gold', round(spearman(s,d.gold),3), 'light vs gold', round(spearman(l,d.gold),3))
+
+
+if __name__ == "__main__":
+    main()
