@@ -106,8 +106,8 @@ class RMEvolution:
         hmap = None
         if len(human) >= 4:
             hp = list(human.values())
-            light_of_h, _ = self._light([h["prompt"] for h in hp], [h["response"] for h in hp],
-                                        cost)
+            light_of_h = self._light([h["prompt"] for h in hp], [h["response"] for h in hp],
+                                     cost)
             try:
                 hmap = ScoreMap.fit([h["score"] for h in hp], light_of_h, knots=11)
             except ValueError:  # every label alike: no scale to map
@@ -131,10 +131,10 @@ class RMEvolution:
                 out[i] = float(hmap([human[(p, x)]["score"]])[0])
         return out, src
 
-    def _light(self, prompts: list[str], responses: list[str], cost: StepCost) -> tuple:
+    def _light(self, prompts: list[str], responses: list[str], cost: StepCost) -> list[float]:
         s, _ = self.light.score(prompts, responses)
         cost.add_rm("light", len(prompts), rm_tokens(self.light, prompts, responses))
-        return torch.as_tensor(s, dtype=torch.float32).cpu().tolist(), None
+        return torch.as_tensor(s, dtype=torch.float32).cpu().tolist()
 
     def check(self, trainer, step: int, cost: StepCost) -> None:
         from rlhf.pipeline.reward.onpolicy import spearman
@@ -147,7 +147,7 @@ class RMEvolution:
                 if (p, x) not in have:
                     self.human.label(step, self.ids.get(p, ""), p, x, None, ["rm_check"], cost)
         labels, src = self.labels(pairs, cost)
-        light, _ = self._light([p for p, _ in pairs], [x for _, x in pairs], cost)
+        light = self._light([p for p, _ in pairs], [x for _, x in pairs], cost)
         rho = spearman(light, labels)
         if self.reference is None and rho == rho:
             self.reference = rho

@@ -121,7 +121,6 @@ class Escalation:
         if self.map is not None:
             s = torch.as_tensor(self.map(s.numpy()), dtype=torch.float32)
         dev = r.scores.device
-        r.extras["strong_raw"] = dict(zip(chosen, torch.as_tensor(s).tolist()))
         r.scores[chosen] = s.to(dev)
         r.confidence[chosen] = torch.as_tensor(c, dtype=torch.float32, device=dev)
 

@@ -150,8 +150,7 @@ def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None,
     if cfg.rm_gate_mask_on or cfg.rm_evolve_on:  # after Level 2: it sees the final scores
         if light_scorer is None:
             raise ValueError("ppo.rm_gate_mask_on / rm_evolve_on need the light RM")
-        evo = RMEvolution(cfg, light_scorer, strong_scorer,
-                          score_map if score_map is not None else None, human)
+        evo = RMEvolution(cfg, light_scorer, strong_scorer, score_map, human)
         post.append(evo)
         observers.append(evo)
     if scheduler is not None:  # rollout economy II (issue 14): gate + observer, one object
