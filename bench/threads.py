@@ -1,7 +1,9 @@
-"""Torch threads per stage on this machine: the pipeline's three kinds of work timed at 1 and at
+"""Torch threads and RM precision on this machine: the pipeline's kinds of work timed at 1 and at
 2 (or --threads) intra-op threads, each in a fresh process: a MiniLM reward-model training step
-(the strong ensemble and the light RM's distillation), MiniLM scoring (the RMs' reports), and
-the tiny SFT policy's sampling (sft, preferences, reward rollouts, ppo, eval).
+(the strong ensemble and the light RM's distillation), MiniLM scoring (the RMs' reports, PPO's
+rewards, eval), both also under bf16 autocast (`reward.precision`, pipeline/reward/scorer.py),
+a tiny-Llama SFT training step (sft) and the tiny SFT policy's sampling (preferences, reward
+rollouts, ppo, eval).
 
     .venv/bin/python bench/threads.py --artifacts artifacts          # on an otherwise idle CPU
 
@@ -17,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORK = ("rm_train_step", "rm_score_64", "policy_sample_16")
+WORK = ("rm_train_step", "rm_train_step_bf16", "rm_score_64", "rm_score_64_bf16",
+        "sft_train_step", "policy_sample_16")
 
 
 def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
@@ -32,23 +35,42 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
     if work.startswith("rm_"):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        from rlhf.pipeline.reward.scorer import autocast, fp32_head
+
         folder = artifacts / "models" / "rm_strong" / "member_0"
         tok = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForSequenceClassification.from_pretrained(folder)
-        n = 32 if work == "rm_train_step" else 64
+        precision = "bf16" if work.endswith("_bf16") else "fp32"
+        if precision == "bf16":
+            fp32_head(model)
+        n = 64  # a training batch of 32 pairs is 64 texts; a scoring batch is 64
         enc = tok(["a question about the water cycle and a long answer " * 6] * n,
                   truncation=True, max_length=128, padding="max_length", return_tensors="pt")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         for _ in range(repeats + 1):
             t = time.perf_counter()
-            if work == "rm_train_step":
-                loss = model(**enc).logits.float().pow(2).mean()
-                loss.backward()
+            if work.startswith("rm_train_step"):
+                with autocast(precision):
+                    loss = model(**enc).logits.float().pow(2).mean()
+                    loss.backward()
                 opt.step()
                 opt.zero_grad()
             else:
-                with torch.no_grad():
+                with torch.no_grad(), autocast(precision):
                     model(**enc)
+            times.append(time.perf_counter() - t)
+    elif work == "sft_train_step":
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(artifacts / "models" / "sft")
+        model.train()
+        x = torch.randint(10, model.config.vocab_size - 10, (32, 128))  # sft.batch_size x max_length
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        for _ in range(repeats + 1):
+            t = time.perf_counter()
+            model(input_ids=x, labels=x).loss.backward()
+            opt.step()
+            opt.zero_grad()
             times.append(time.perf_counter() - t)
     else:
         from rlhf.pipeline.policy import load_policy, sample

@@ -336,7 +336,7 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
 
     judge = judge if judge is not None else WorldGoldJudge()
 
-    quiet_hf()  # one torch thread (see policy.set_threads), no library progress bars
+    quiet_hf()  # torch threads (policy.set_threads), no library progress bars
     out = Path(out)
     prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
     curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,

@@ -39,18 +39,21 @@ class Sample:
 
 
 def set_threads() -> int:
-    """Torch intra-op threads for a stage: $RLHF_TORCH_THREADS, default 1.
+    """Torch intra-op threads for a stage: $RLHF_TORCH_THREADS, default 0 = torch's own (all
+    cores).
 
-    On a small shared CPU, two OpenMP threads that wait for each other are several times slower
-    than one (measured: a tiny-Llama training step took 9.3 s with 2 threads and 1.15 s with 1
-    while other processes kept both cores busy), so the stages default to one thread; set
-    RLHF_TORCH_THREADS=0 to keep torch's own default (all cores).
+    `dvc repro` runs one stage at a time, so a stage has the cores to itself: on this machine's
+    idle 2 cores two threads sample the tiny policy 1.6x and score with MiniLM 1.6x faster than
+    one (bench/threads.py). Where processes share the cores (bench/economy.py's parallel jobs,
+    the test suite), two OpenMP threads that wait for each other are several times slower than
+    one (a tiny-Llama training step took 9.3 s with 2 threads and 1.15 s with 1 while other
+    processes kept both cores busy): those set RLHF_TORCH_THREADS=1.
     """
     import os
 
     import torch
 
-    n = int(os.environ.get("RLHF_TORCH_THREADS", "1"))
+    n = int(os.environ.get("RLHF_TORCH_THREADS", "0") or 0)
     if n > 0:
         torch.set_num_threads(n)
     return torch.get_num_threads()

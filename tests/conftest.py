@@ -11,6 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# one torch thread in every stage a test runs (pipeline/policy.set_threads): the suite's tiny
+# models run faster so, and a stage that shares the cores with pytest crawls with two
+os.environ.setdefault("RLHF_TORCH_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = REPO.parent / "shared" / "realdata"

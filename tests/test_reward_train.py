@@ -1,5 +1,6 @@
-"""One RM trained with TRL's RewardTrainer on a tiny model: the pairwise loss goes down, and the
-scorer (ensemble, references, confidence) saves and loads."""
+"""One RM trained with the pairwise trainer (TRL RewardTrainer's objective, each text scored once
+a step) on a tiny model: the pairwise loss goes down, and the scorer (ensemble, references,
+confidence) saves and loads; bf16 scoring keeps the fp32 order."""
 
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     assert tok.decode(ids[-6:-1]) == "water falling from clouds."  # the response end is kept
 
     train, held = toy_pairs(48, seed=0), toy_pairs(24, seed=1)
-    cfg = RmTrainConfig(epochs=1, learning_rate=1e-4, batch_size=8, max_length=64)
+    cfg = RmTrainConfig(epochs=1, learning_rate=2e-4, batch_size=8, max_length=64)
     model = init_rm(init, seed=0)
     assert model.config.model_type == "bert"
     before = pairwise_loss(model, tok, train, cfg.max_length)
@@ -107,6 +108,54 @@ def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     good, _ = scorer(prompts, [p["chosen"] for p in held])
     bad, _ = scorer(prompts, [p["rejected"] for p in held])
     assert float((good > bad).float().mean()) >= 0.8
+    # reward.precision bf16: the same RM under bf16 autocast, its head in float32, keeps the
+    # fp32 scores' order and nearly their values
+    from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.pipeline.reward.scorer import batch_scores
+
+    ids = encode_texts(tok, prompts * 2, [p["chosen"] for p in held] + [p["rejected"] for p in held],
+                       cfg.max_length)
+    fp32 = batch_scores(model, tok, ids)
+    bf16 = batch_scores(model, tok, ids, precision="bf16")
+    assert bf16.dtype == torch.float32 and len(set(bf16.tolist())) == len(ids)  # no bf16 ties
+    assert spearman(fp32.tolist(), bf16.tolist()) > 0.98
+    assert float((fp32 - bf16).abs().max()) < 0.05 * float(fp32.abs().max())
+
+
+def test_prompt_batches_keep_a_prompts_pairs_together_and_cover_every_pair():
+    """The trainer's batches: whole prompt groups (so a ranking's 5 responses are 5 texts, not
+    the 20 its 10 pairs hold), filled to `batch_size` pairs, every pair once an epoch."""
+    import random
+
+    from rlhf.pipeline.reward.train import prompt_batches
+
+    resp = [f"r{k}" for k in range(5)]
+    pairs = [{"prompt": f"p{j}", "chosen": resp[a], "rejected": resp[b]}
+             for j in range(7) for a in range(5) for b in range(a + 1, 5)]  # 7 rankings of 5
+    batches = prompt_batches(pairs, 16, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(len(pairs)))
+    assert [len(b) for b in batches] == [20, 20, 20, 10]  # 10 pairs < 16: two groups a batch
+    for b in batches:
+        prompts = {pairs[i]["prompt"] for i in b}
+        assert len(prompts) * 10 == len(b)  # whole groups only
+        texts = {(pairs[i]["prompt"], pairs[i][s]) for i in b for s in ("chosen", "rejected")}
+        assert len(texts) == 5 * len(prompts)  # 10 pairs of a ranking, 5 texts scored
+    assert prompt_batches(pairs, 16, random.Random(0)) == batches  # seeded
+    assert prompt_batches(pairs, 16, random.Random(1)) != batches
+
+
+def test_resolve_precision_reads_the_cpu_flags(tmp_path):
+    from rlhf.pipeline.reward.scorer import resolve_precision
+
+    with_bf16, without = tmp_path / "a", tmp_path / "b"
+    with_bf16.write_text("flags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
+    without.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert resolve_precision("auto", with_bf16) == "bf16"
+    assert resolve_precision("auto", without) == "fp32"
+    assert resolve_precision("auto", tmp_path / "missing") == "fp32"
+    assert resolve_precision("fp32", with_bf16) == "fp32"
+    with pytest.raises(ValueError, match="reward.precision"):
+        resolve_precision("fp16")
 
 
 def test_scorer_memo_scores_each_text_once_with_the_same_results(tiny):

@@ -404,7 +404,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from rlhf.pipeline.policy import set_threads
     from rlhf.pipeline.ppo.scoring import load_scorer
 
-    set_threads()  # one torch thread by default, like every stage (faster on a shared CPU)
+    set_threads()  # $RLHF_TORCH_THREADS, like every stage (policy.set_threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))

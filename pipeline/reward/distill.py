@@ -102,11 +102,14 @@ def distill_loss(student, teacher, groups: Sequence[Sequence[int]], listwise_wei
 
 
 def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list[int]],
-            cfg: LightConfig, seed: int = 0, progress=None):
-    """Fit `student` to `targets` [N] (the strong RM's centred rewards of the texts `ids`)."""
+            cfg: LightConfig, seed: int = 0, progress=None, precision: str = "fp32"):
+    """Fit `student` to `targets` [N] (the strong RM's centred rewards of the texts `ids`), in
+    `precision` (scorer.autocast: "bf16" keeps the weights and the head float32)."""
     import random
 
     import torch
+
+    from rlhf.pipeline.reward.scorer import autocast, fp32_head
     from rlhf.pipeline.progress import advance_or_bar
 
     torch.manual_seed(seed)
@@ -119,6 +122,8 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate,
                                                 total_steps=n_steps, pct_start=0.1)
     history = []
+    if precision == "bf16":
+        fp32_head(student)
     student.train()
     with advance_or_bar(progress, "distilling the light RM", n_steps, "steps") as advance:
         for _ in range(cfg.epochs):
@@ -133,15 +138,16 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
                 for row, i in enumerate(flat):
                     x[row, :len(ids[i])] = torch.tensor(ids[i])
                     mask[row, :len(ids[i])] = 1
-                scores = student(input_ids=x, attention_mask=mask).logits[:, 0]
                 local, pos = [], 0
                 for g in batch_groups:
                     local.append(list(range(pos, pos + len(g))))
                     pos += len(g)
-                loss, parts = distill_loss(scores, targets[flat], local, cfg.listwise_weight,
-                                           cfg.mse_weight, cfg.distill_temperature)
-                opt.zero_grad()
-                loss.backward()
+                with autocast(precision):
+                    scores = student(input_ids=x, attention_mask=mask).logits[:, 0].float()
+                    loss, parts = distill_loss(scores, targets[flat], local, cfg.listwise_weight,
+                                               cfg.mse_weight, cfg.distill_temperature)
+                    opt.zero_grad()
+                    loss.backward()
                 torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
                 opt.step()
                 sched.step()

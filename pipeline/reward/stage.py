@@ -74,6 +74,11 @@ class RewardConfig:
     external_train_pairs: int = 0  # 0 = every training pair of the external sources
     external_epochs: float = 1.0
     external_max_length: int = 192
+    external_rm: bool = True  # train and test the side RM on `external_sources` (the report's
+    # `external`); off: skipped (the embedded default: it is thrown away, ~1 min of the stage)
+    precision: str = "fp32"  # the RMs' compute: fp32 | bf16 (autocast) | auto (bf16 where the
+    # CPU has bf16 instructions; scorer.resolve_precision). Saved in scorer.json: PPO and eval
+    # score in the precision the RM was trained and calibrated in
     seed: int = 0
 
     def __post_init__(self):
@@ -87,6 +92,10 @@ class RewardConfig:
             raise ValueError("hack_fraction must be in [0, 1]")
         if self.distill_hacks < 0:
             raise ValueError("distill_hacks must be >= 0")
+        from rlhf.pipeline.reward.scorer import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,7 +363,7 @@ def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
 
 
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
-                 log) -> tuple[list, list[str]]:
+                 log, precision: str = "fp32") -> tuple[list, list[str]]:
     """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`."""
     from rlhf.pipeline.reward.train import init_rm, train_rm
 
@@ -364,7 +373,7 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
         data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
                 if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
         model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
-                            seed=cfg.seed + i)
+                            seed=cfg.seed + i, precision=precision)
         name = f"member_{i}"
         model.save_pretrained(folder / name)
         tok.save_pretrained(folder / name)
@@ -384,7 +393,7 @@ def _calibration_halves(held_pairs: list[dict]) -> tuple[list[dict], list[dict]]
 
 
 def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, data: TrainingData,
-                     folder: Path):
+                     folder: Path, precision: str = "fp32"):
     """Step 3: references (each member's mean score of the train-split responses), the
     confidence temperature; saves the scorer file. Returns (strong scorer, report)."""
     from rlhf.pipeline.reward.confidence import accuracy_by_confidence, fit_temperature
@@ -392,17 +401,17 @@ def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, da
 
     ref_prompts, ref_resps = _references(data)
     raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
-                 cfg.batch_size, cfg.confidence_gate)
+                 cfg.batch_size, cfg.confidence_gate, precision=precision)
     raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
     references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
     strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
-                    cfg.batch_size, cfg.confidence_gate)
+                    cfg.batch_size, cfg.confidence_gate, precision=precision)
     strong.memo = raw.memo  # the report scores the same texts several ways: once each
     held = data.held_pairs
     calib, report_half = _calibration_halves(held)
     strong.temperature = fit_temperature(_pair_margins(strong, calib))
     save_scorer(folder, names, references, strong.temperature, cfg.aggregation,
-                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params})
+                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params}, precision)
     margins = _pair_margins(strong, held)  # [members, pairs]
     gold_held = _gold_pairs(held)
     gold_margins = _pair_margins(strong, gold_held)
@@ -446,20 +455,22 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     log(f"distilling the light RM on {len(ids)} strong-RM labels")
     t0 = time.perf_counter()
     light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
-                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed)
+                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed,
+                                precision=strong.precision)
     seconds = round(time.perf_counter() - t0, 1)
     ref_prompts, ref_resps = _references(data)
     light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
-                       cfg.batch_size, cfg.confidence_gate)
+                       cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
     light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
     light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
-                   cfg.batch_size, cfg.confidence_gate)
+                   cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
     calib, _ = _calibration_halves(data.held_pairs)
     light.temperature = fit_temperature(_pair_margins(light, calib))
     light_model.save_pretrained(folder)
     light_tok.save_pretrained(folder)
     save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
-                {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)})
+                {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)},
+                strong.precision)
     return light, {
         "light_train_seconds": seconds,
         "n_distill_samples": len(ids),
@@ -550,6 +561,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     None: this section's temperature, top-p 1."""
     import torch
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.reward.scorer import resolve_precision
     from rlhf.pipeline.reward.train import resolve_backbone
     from rlhf.store.io import staged_folders, write_text_atomic
 
@@ -564,7 +576,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
     # the light RM: layers of the SFT policy (the policy's tokenizer) or of the strong RM (its own)
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
-    metrics: dict[str, Any] = {**data.report, "backbone": cfg.backbone,
+    precision = resolve_precision(cfg.precision)
+    metrics: dict[str, Any] = {**data.report, "backbone": cfg.backbone, "precision": precision,
                                "judge": getattr(judge, "name", "world_gold")}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
@@ -574,10 +587,10 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     with staged_folders([out_strong, out_light]) as staged:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
-                              strong_dir, log)
+                              strong_dir, log, precision)
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
-                              data, strong_dir)
+                              data, strong_dir, precision)
         metrics.update(report)
         policy, ptok = load_policy(sft_dir)
         exclude = {r["prompt_id"] for r in data.ann_rows}
@@ -594,8 +607,9 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
                                        strong_dir)
             metrics.update(onpolicy_headlines(metrics["onpolicy"]))
         metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
-        metrics["external"] = step("external_rm", external_accuracy, cfg, data.rows, init, tok,
-                                   strong, log)
+        metrics["external"] = (
+            step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log)
+            if cfg.external_rm else {"skipped": "reward.external_rm is off"})
     metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     if metrics_path:
@@ -685,8 +699,10 @@ def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, s
                          batch_size=cfg.train.batch_size, max_length=cfg.external_max_length,
                          warmup_ratio=cfg.train.warmup_ratio, weight_decay=cfg.train.weight_decay,
                          center_rewards_coefficient=cfg.train.center_rewards_coefficient)
-    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed)
-    ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size)
+    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed,
+                        precision=strong.precision)
+    ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size,
+                        precision=strong.precision)
     for source in cfg.external_sources:
         h = [p for p in held if p["source"] == source]
         if not h:
