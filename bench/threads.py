@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 WORK = ("rm_train_step", "rm_train_step_bf16", "rm_score_64", "rm_score_64_bf16",
-        "sft_train_step", "policy_sample_16")
+        "sft_train_step", "sft_train_step_eager", "policy_sample_16")
 
 
 def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
@@ -59,16 +59,19 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
                 with torch.no_grad(), autocast(precision):
                     model(**enc)
             times.append(time.perf_counter() - t)
-    elif work == "sft_train_step":
+    elif work.startswith("sft_train_step"):
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(artifacts / "models" / "sft")
+        model.set_attn_implementation("eager" if work.endswith("_eager") else "sdpa")
         model.train()
-        x = torch.randint(10, model.config.vocab_size - 10, (32, 128))  # sft.batch_size x max_length
+        # sft.batch_size x max_length, right-padded to 46..128 tokens like a length-grouped batch
+        x = torch.randint(10, model.config.vocab_size - 10, (32, 128))
+        mask = (torch.arange(128)[None, :] < torch.linspace(46, 128, 32)[:, None]).long()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         for _ in range(repeats + 1):
             t = time.perf_counter()
-            model(input_ids=x, labels=x).loss.backward()
+            model(input_ids=x, attention_mask=mask, labels=x).loss.backward()
             opt.step()
             opt.zero_grad()
             times.append(time.perf_counter() - t)

@@ -45,9 +45,13 @@ class SftConfig:
     eval_prompts: int = 64  # held-out prompts the gold judge scores the SFT policy on
     eval_max_new_tokens: int = 48
     eval_temperature: float = 0.7
+    attn_implementation: str = "sdpa"  # attention while training (the saved model loads with the
+    # library default): the embedded default's tiny Llama trains faster with "eager"
     seed: int = 0
 
     def __post_init__(self):
+        if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
+            raise ValueError("attn_implementation must be 'sdpa', 'eager' or 'flash_attention_2'")
         if not 0.0 <= self.heldout_fraction < 1.0:
             raise ValueError("heldout_fraction must be in [0, 1)")
         if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
@@ -136,6 +140,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     if not train_rows:
         raise ValueError("no training demonstrations left after the held-out split")
     model, tok = build_model(cfg, tokenizer_path, model_config_path)
+    model.set_attn_implementation(cfg.attn_implementation)  # not saved: loading picks its own
     peft_config = None
     if cfg.lora:
         try:

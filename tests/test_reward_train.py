@@ -271,3 +271,33 @@ def test_reward_stage_scorer_gives_an_encoder_light_rm_token_scores(tmp_path):
     per = scorer.token_scores(["hello there"], ["a fine answer"], [3])
     rewards, _ = scorer.score(["hello there"], ["a fine answer"])
     assert len(per[0][1]) == 3 and per[0][1][-1] == pytest.approx(float(rewards[0]), abs=1e-4)
+
+
+def test_forward_scores_in_length_sorted_chunks_equal_one_padded_batch(tiny):
+    """The trainers' forward: chunks of similar length padded to their own longest give the
+    scores (and gradients) one batch padded to the longest text gives, in the texts' order."""
+    from rlhf.pipeline.reward.scorer import forward_scores
+    from rlhf.pipeline.reward.train import init_rm
+
+    _, tok, config = tiny
+    model = init_rm(config=config, seed=0).eval()
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(5, len(tok) - 1, (int(n),), generator=g).tolist()
+           for n in torch.randint(3, 40, (23,), generator=g)]
+    pad = tok.pad_token_id
+    width = max(map(len, ids))
+    x = torch.full((len(ids), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(x)
+    for row, t in enumerate(ids):
+        x[row, :len(t)] = torch.tensor(t)
+        mask[row, :len(t)] = 1
+    model.config.pad_token_id = pad
+    whole = model(input_ids=x, attention_mask=mask).logits[:, 0]
+    whole.sum().backward()
+    g_whole = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    chunked = forward_scores(model, ids, pad, chunk=5)
+    assert torch.allclose(chunked, whole, atol=1e-5)
+    chunked.sum().backward()
+    for a, b in zip(g_whole, (p.grad for p in model.parameters())):
+        assert torch.allclose(a, b, atol=1e-4)

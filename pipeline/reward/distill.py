@@ -109,7 +109,7 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
 
     import torch
 
-    from rlhf.pipeline.reward.scorer import autocast, fp32_head
+    from rlhf.pipeline.reward.scorer import autocast, forward_scores, fp32_head
     from rlhf.pipeline.progress import advance_or_bar
 
     torch.manual_seed(seed)
@@ -132,18 +132,12 @@ def distill(student, tokenizer, ids: list[list[int]], targets, groups: list[list
             for start in range(0, len(order), cfg.groups_per_batch):
                 batch_groups = [groups[g] for g in order[start:start + cfg.groups_per_batch]]
                 flat = [i for g in batch_groups for i in g]
-                width = max(len(ids[i]) for i in flat)
-                x = torch.full((len(flat), width), pad, dtype=torch.long)
-                mask = torch.zeros_like(x)
-                for row, i in enumerate(flat):
-                    x[row, :len(ids[i])] = torch.tensor(ids[i])
-                    mask[row, :len(ids[i])] = 1
                 local, pos = [], 0
                 for g in batch_groups:
                     local.append(list(range(pos, pos + len(g))))
                     pos += len(g)
                 with autocast(precision):
-                    scores = student(input_ids=x, attention_mask=mask).logits[:, 0].float()
+                    scores = forward_scores(student, [ids[i] for i in flat], pad)
                     loss, parts = distill_loss(scores, targets[flat], local, cfg.listwise_weight,
                                                cfg.mse_weight, cfg.distill_temperature)
                     opt.zero_grad()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from rlhf.pipeline.text import format_sample
 SCORER_FILE = "scorer.json"
 AGGREGATIONS = ("mean", "min")
 PRECISIONS = ("auto", "fp32", "bf16")
+BAR_TEXTS = 1024  # a scoring call of at least this many (text, member) forwards shows a bar
 HEAD_MODULES = ("pooler", "classifier", "score")  # kept in float32 under bf16 autocast
 
 
@@ -124,9 +126,9 @@ def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) ->
 
 
 def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", progress=None):
     """Raw scalar scores [N] of pre-tokenized texts (right-padded, like the RewardTrainer), in
-    `precision` ("fp32" or "bf16": see `autocast`)."""
+    `precision` ("fp32" or "bf16": see `autocast`); `progress(k)` after each batch of k."""
     import torch
 
     if precision == "bf16":
@@ -145,10 +147,36 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
                 x[row, :len(ids[i])] = torch.tensor(ids[i])
                 mask[row, :len(ids[i])] = 1
             out.append((idx, model(input_ids=x, attention_mask=mask).logits[:, 0].float()))
+            if progress is not None:
+                progress(len(idx))
     scores = torch.empty(len(ids))
     for idx, s in out:
         scores[idx] = s
     return scores
+
+
+def forward_scores(model, ids: Sequence[Sequence[int]], pad: int, chunk: int = 16):
+    """Scores [N] of the texts `ids` in their order, with gradients: the texts go through the
+    model in length-sorted chunks of `chunk`, each padded to its own longest, not the whole
+    batch to its longest (the texts do not interact, so only the padding changes). A training
+    batch of 117 texts of 20-128 tokens pads to about 1.1x its tokens this way, not 1.8x."""
+    import torch
+
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    parts, where = [], []
+    for start in range(0, len(order), chunk):
+        idx = order[start:start + chunk]
+        width = max(len(ids[i]) for i in idx)
+        x = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(x)
+        for row, i in enumerate(idx):
+            x[row, :len(ids[i])] = torch.as_tensor(ids[i])
+            mask[row, :len(ids[i])] = 1
+        parts.append(model(input_ids=x, attention_mask=mask).logits[:, 0].float())
+        where += idx
+    inverse = torch.empty(len(ids), dtype=torch.long)
+    inverse[torch.as_tensor(where)] = torch.arange(len(ids))
+    return torch.cat(parts)[inverse]
 
 
 class Scorer:
@@ -203,9 +231,14 @@ class Scorer:
     def _raw(self, prompts: Sequence[str], responses: Sequence[str]):
         import torch
 
+        from rlhf.pipeline.progress import bar
+
         ids = encode_texts(self.tokenizer, prompts, responses, self.max_length)
-        return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size, self.precision)
-                            for m in self.models])
+        n = len(ids) * len(self.models)
+        label = f"scoring {len(ids):,} texts x {len(self.models)} RM" + "s" * (len(self.models) > 1)
+        with bar(label, n, "texts") if n >= BAR_TEXTS else nullcontext(None) as advance:
+            return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size,
+                                             self.precision, advance) for m in self.models])
 
     def aggregate(self, member_rewards, aggregation: str | None = None):
         """(rewards [B], confidence [B]) from member rewards [members, B]."""

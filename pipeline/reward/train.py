@@ -124,7 +124,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     from rlhf.pipeline.progress import advance_or_bar
     from transformers import get_cosine_schedule_with_warmup, set_seed
 
-    from rlhf.pipeline.reward.scorer import encode_texts
+    from rlhf.pipeline.reward.scorer import encode_texts, forward_scores
 
     quiet_hf()
     if not pairs:
@@ -173,14 +173,8 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
             batch = batches.pop(0)
             uniq = sorted({chosen[i] for i in batch} | {rejected[i] for i in batch})
             pos = {t: k for k, t in enumerate(uniq)}
-            width = max(len(ids[t]) for t in uniq)
-            x = torch.full((len(uniq), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for row, t in enumerate(uniq):
-                x[row, :len(ids[t])] = torch.tensor(ids[t])
-                mask[row, :len(ids[t])] = 1
             with autocast(precision):
-                scores = model(input_ids=x, attention_mask=mask).logits[:, 0].float()
+                scores = forward_scores(model, [ids[t] for t in uniq], pad)
                 rc = scores[[pos[chosen[i]] for i in batch]]
                 rr = scores[[pos[rejected[i]] for i in batch]]
                 loss = -torch.nn.functional.logsigmoid(rc - rr).mean()
