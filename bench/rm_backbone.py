@@ -1,7 +1,7 @@
 """Which backbone for the embedded default's strong RM: measured accuracy and speed.
 
 Trains one reward model per backbone on the same annotator pairs, through the reward stage's own
-path (`train_rm`: TRL's RewardTrainer, the same encoding), and measures on the same data the
+path (`train_rm`, the same encoding), and measures on the same data the
 stage reports on: held-out pairwise accuracy (against the annotators' labels and against the gold
 judge's order), Spearman against the gold judge on fresh samples of unseen prompts (seed 001
 §5.1: below 0.7 means overfit), training seconds, scoring seconds for those samples, parameters.

@@ -2,7 +2,8 @@
 2 (or --threads) intra-op threads, each in a fresh process: a MiniLM reward-model training step
 (the strong ensemble and the light RM's distillation), MiniLM scoring (the RMs' reports, PPO's
 rewards, eval), both also under bf16 autocast (`reward.precision`, pipeline/reward/scorer.py),
-a tiny-Llama SFT training step (sft) and the tiny SFT policy's sampling (preferences, reward
+the sft stage's trainer with SDPA and eager attention (`sft.attn_implementation`; seconds per
+step over its `--repeats` + 1 steps) and the tiny SFT policy's sampling (preferences, reward
 rollouts, ppo, eval).
 
     .venv/bin/python bench/threads.py --artifacts artifacts          # on an otherwise idle CPU
@@ -60,21 +61,32 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
                     model(**enc)
             times.append(time.perf_counter() - t)
     elif work.startswith("sft_train_step"):
-        from transformers import AutoModelForCausalLM
+        # the sft stage's own trainer (TRL SFTTrainer, length-grouped batches of the world's
+        # demonstrations): masked, padded batches, where SDPA's CPU kernel is the slower one
+        import tempfile
 
-        model = AutoModelForCausalLM.from_pretrained(artifacts / "models" / "sft")
+        from trl import SFTConfig, SFTTrainer
+
+        from rlhf.pipeline.sft import SftConfig, _to_dataset, build_model, read_demonstrations
+        from rlhf.pipeline.policy import quiet_trainer
+
+        world = artifacts / "world"
+        cfg = SftConfig()
+        model, tok = build_model(cfg, world / "tokenizer", world / "model_config")
         model.set_attn_implementation("eager" if work.endswith("_eager") else "sdpa")
-        model.train()
-        # sft.batch_size x max_length, right-padded to 46..128 tokens like a length-grouped batch
-        x = torch.randint(10, model.config.vocab_size - 10, (32, 128))
-        mask = (torch.arange(128)[None, :] < torch.linspace(46, 128, 32)[:, None]).long()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        for _ in range(repeats + 1):
+        rows = read_demonstrations(world / "demonstrations.jsonl")[:32 * (repeats + 1)]
+        with tempfile.TemporaryDirectory() as tmp:
+            args = SFTConfig(output_dir=tmp, max_steps=repeats + 1, learning_rate=cfg.learning_rate,
+                             per_device_train_batch_size=32, max_length=128,
+                             completion_only_loss=True, train_sampling_strategy="group_by_length",
+                             report_to="none", use_cpu=True, save_strategy="no",
+                             eval_strategy="no", logging_strategy="no", disable_tqdm=True)
+            trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(rows),
+                                 processing_class=tok)
+            quiet_trainer(trainer)
             t = time.perf_counter()
-            model(input_ids=x, attention_mask=mask, labels=x).loss.backward()
-            opt.step()
-            opt.zero_grad()
-            times.append(time.perf_counter() - t)
+            trainer.train()
+            times = [0.0] + [(time.perf_counter() - t) / (repeats + 1)] * repeats
     else:
         from rlhf.pipeline.policy import load_policy, sample
 

@@ -156,7 +156,7 @@ def advance_or_bar(progress: Callable[[int], None] | None, description: str, tot
 
 def trainer_callback(description: str):
     """A transformers `TrainerCallback` that shows the trainer's optimiser steps as a `bar`
-    (TRL's SFTTrainer and RewardTrainer run with their own tqdm bar off)."""
+    (TRL's SFTTrainer runs with its own tqdm bar off)."""
     from transformers import TrainerCallback
 
     class _Bar(TrainerCallback):

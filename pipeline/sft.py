@@ -122,6 +122,24 @@ def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
     return model, tok
 
 
+def _trainer_class():
+    """TRL's SFTTrainer with the loss of the model's own causal-LM head on the collator's labels
+    (the prompt and the padding at -100: the same completion-only mean). TRL computes it through
+    its fused LM head, which also works out per-token entropy and top-1 accuracy for its logs:
+    on the embedded default that is 0.62 s a step against 0.28 for the same loss (6.9374 vs
+    6.9372 after 13 steps; README "Where the time goes")."""
+    from trl import SFTTrainer
+
+    class LabelsLossSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            kwargs = {} if num_items_in_batch is None else {"num_items_in_batch": num_items_in_batch}
+            out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                        labels=inputs["labels"], use_cache=False, **kwargs)
+            return (out.loss, out) if return_outputs else out.loss
+
+    return LabelsLossSFTTrainer
+
+
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
               model_config_path: str | Path | None = None) -> dict[str, Any]:
@@ -131,7 +149,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     import torch
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     quiet_hf()
     set_seed(cfg.seed)
@@ -160,7 +178,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
             fp16=False, activation_checkpointing=False, save_strategy="no", eval_strategy="no",
             logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
         )
-        trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(train_rows),
+        trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(train_rows),
                              eval_dataset=_to_dataset(held_rows) if held_rows else None,
                              processing_class=tok, peft_config=peft_config)
         quiet_trainer(trainer, "SFT training")

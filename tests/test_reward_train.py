@@ -69,7 +69,7 @@ def test_pairwise_loss_decreases_and_scorer_roundtrip(tiny, tmp_path):
 @pytest.mark.slow
 def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     """The embedded default's strong-RM backbone: all-MiniLM-L6-v2 from its offline package with a
-    fresh score head, fine-tuned by the same RewardTrainer path, saved and reloaded as a scorer
+    fresh score head, fine-tuned by the same trainer, saved and reloaded as a scorer
     with its own (BERT) tokenizer, which has no EOS: the encoding keeps [CLS] ... [SEP]."""
     from rlhf.pipeline.policy import load_tokenizer
     from rlhf.pipeline.reward.scorer import encode_texts, load_scorer, save_scorer
@@ -301,3 +301,31 @@ def test_forward_scores_in_length_sorted_chunks_equal_one_padded_batch(tiny):
     chunked.sum().backward()
     for a, b in zip(g_whole, (p.grad for p in model.parameters())):
         assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_a_scorer_scores_in_the_precision_its_rm_was_saved_with(tiny, tmp_path):
+    """scorer.json records the precision the reward stage trained and calibrated in; the loaded
+    scorer (PPO's, eval's) scores in it, an older folder without the key in float32."""
+    import json
+
+    from rlhf.pipeline.reward.scorer import load_scorer, save_scorer
+    from rlhf.pipeline.reward.train import init_rm
+
+    _, tok, config = tiny
+    model = init_rm(config=config, seed=0)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    save_scorer(tmp_path, ["m"], [0.0], 1.0, "mean", 64, precision="bf16")
+    bf16 = load_scorer(tmp_path)
+    assert bf16.precision == "bf16"
+    prompts, resps = ["Tell me about red things."] * 3, ["Red is nice.", "Blue.", "Red red red."]
+    r16, _ = bf16(prompts, resps)
+    meta = json.loads((tmp_path / "scorer.json").read_text())
+    del meta["precision"]
+    (tmp_path / "scorer.json").write_text(json.dumps(meta))
+    fp32 = load_scorer(tmp_path)
+    assert fp32.precision == "fp32"
+    r32, _ = fp32(prompts, resps)
+    assert r16.dtype == torch.float32 and torch.allclose(r16, r32, atol=0.05)
+    with pytest.raises(ValueError, match="precision"):
+        type(fp32)(fp32.models, tok, [0.0], 1.0, precision="fp16")

@@ -54,3 +54,30 @@ def test_sft_rejects_bad_demonstrations(tmp_path):
     bad.write_text('{"prompt": "a"}\n')
     with pytest.raises(ValueError, match="needs string fields"):
         read_demonstrations(bad)
+
+
+def test_the_sft_loss_is_trls_completion_only_loss(tmp_path):
+    """The stage's trainer takes the loss from the model's own head on the collator's labels;
+    TRL's SFTTrainer computes it through its fused LM head: the same value on the same batch."""
+    import torch
+    from rlhf.pipeline.sft import SftConfig, _to_dataset, _trainer_class, build_model
+    from tiny_world import write_demonstrations, write_model_config, write_tokenizer
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tok_dir = write_tokenizer(tmp_path / "tokenizer")
+    cfg_dir = write_model_config(tmp_path / "mc", len(AutoTokenizer.from_pretrained(tok_dir)))
+    rows = [__import__("json").loads(x) for x in
+            write_demonstrations(tmp_path / "d.jsonl", n=16).read_text().splitlines()]
+    model, tok = build_model(SftConfig(), tok_dir, cfg_dir)
+    args = SFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=8,
+                     max_length=64, completion_only_loss=True, report_to="none", use_cpu=True,
+                     save_strategy="no", disable_tqdm=True)
+    ours = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(rows),
+                            processing_class=tok)
+    batch = next(iter(ours.get_train_dataloader()))
+    assert (batch["labels"] == -100).any() and (batch["labels"] != -100).any()
+    with torch.no_grad():
+        loss = ours.compute_loss(ours.model, dict(batch))
+        theirs = SFTTrainer.compute_loss(ours, ours.model, dict(batch))
+    assert torch.allclose(loss, theirs, atol=1e-4), (loss, theirs)

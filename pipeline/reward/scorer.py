@@ -115,7 +115,7 @@ def kept_positions(ids: Sequence[int], max_length: int, special: set[int]) -> li
 
 
 def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) -> dict[str, list]:
-    """{"chosen_ids", "rejected_ids"} for TRL's RewardTrainer (already tokenized, so it adds
+    """{"chosen_ids", "rejected_ids"} in TRL RewardTrainer's format (already tokenized, so it adds
     nothing and filters nothing)."""
     prompts = [p["prompt"] for p in pairs]
     return {
@@ -127,7 +127,7 @@ def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) ->
 
 def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
                  precision: str = "fp32", progress=None):
-    """Raw scalar scores [N] of pre-tokenized texts (right-padded, like the RewardTrainer), in
+    """Raw scalar scores [N] of pre-tokenized texts (right-padded, as the trainer pads), in
     `precision` ("fp32" or "bf16": see `autocast`); `progress(k)` after each batch of k."""
     import torch
 

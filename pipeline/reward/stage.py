@@ -1,7 +1,8 @@
 """The `reward` stage: the strong RM ensemble, its calibration, the distilled light RM, the report.
 
 1. Expand the annotators' rankings (`preferences` table) into pairs; train `n_ensemble` RMs
-   (seed 001 §5.1: three) with TRL's RewardTrainer, each on its own bootstrap of the training
+   (seed 001 §5.1: three) with the pairwise trainer (reward/train.py: TRL RewardTrainer's
+   objective, a prompt's pairs in one batch), each on its own bootstrap of the training
    prompts and seed. Backbone of the embedded default: all-MiniLM-L6-v2 with a fresh score head
    (`reward.backbone`; `sft` = the SFT policy).
 2. References (each member's mean score of the SFT policy's responses) and the confidence
