@@ -243,8 +243,15 @@ def test_resume_from_a_checkpoint_redoes_the_same_decisions_and_schedule_rows(tm
     a = tmp_path / "a"
     kw = dict(run_id="run", progress=False, embeddings=emb)
     run(c, world["policy"], world["reward"], world["prompts"], a, tmp_path / "rows_a",
-        schedule=tmp_path / "sched_a", **kw)
+        schedule=tmp_path / "sched_a", human_labels=tmp_path / "labels_a", **kw)
     sched_a = schedule_rows(tmp_path / "sched_a")
+    # the human queue is off: its declared folder holds a note (DVC warns of an empty folder)
+    # and reads as an empty table; the scheduler's, on, holds its shards and no note
+    from rlhf.pipeline.ppo.trainer import NO_ROWS
+
+    assert "human_labels_per_step" in (tmp_path / "labels_a" / NO_ROWS).read_text()
+    assert read_table("human_labels", tmp_path / "labels_a").num_rows == 0
+    assert not (tmp_path / "sched_a" / NO_ROWS).exists()
     rows_a = read_table("rollouts", tmp_path / "rows_a").to_pylist()
     assert any(r["decision"] == "skip" and r["step"] > 3 for r in sched_a)
     # the same run "killed" after checkpoint 3: its folders as they were, latest -> step 3

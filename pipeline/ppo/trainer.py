@@ -55,6 +55,7 @@ from rlhf.pipeline.ppo.hooks import RolloutHooks
 from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.ppo.sample_economy import EntropyStop, Resample
+from rlhf.store.io import write_text_atomic
 from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
                                         load_prompts, strata)
 from rlhf.pipeline.ppo.scheduler import PromptScheduler
@@ -67,6 +68,9 @@ from rlhf.store.rollouts import run_folder
 
 
 # --------------------------------------------------------------------------- the run
+NO_ROWS = "_no_rows.txt"  # in a declared table folder of a feature that is off
+
+
 @dataclass
 class RunPaths:
     out: Path
@@ -452,7 +456,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                          strong_scorer=strong, deepspeed_config=deepspeed_config, hooks=hooks)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
-        for folder in (paths.schedule, paths.human_labels):  # declared outputs, even when off
-            if folder is not None:
-                folder.mkdir(parents=True, exist_ok=True)
+        switch = {"schedule": "schedule_on", "human_labels": "human_labels_per_step"}
+        for table, folder in (("schedule", paths.schedule), ("human_labels", paths.human_labels)):
+            if folder is None:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)  # declared outputs, even when off
+            if not getattr(cfg, switch[table]):  # a note, not a shard (readers glob *.parquet):
+                # an empty folder is what DVC warns about at the end of every `dvc repro`
+                write_text_atomic(folder / NO_ROWS, f"no rows: the {table} table is written "
+                                  f"only when ppo.{switch[table]} is on\n")
     return trainer.train(resume=resume)

@@ -187,7 +187,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
             opt.zero_grad()
             step += 1
             if step % every == 0 or step == n_steps:
-                log.append({"step": step, "loss": float(loss), "texts": len(uniq),
+                log.append({"step": step, "loss": loss.detach().item(), "texts": len(uniq),
                             "pairs": len(batch), "learning_rate": sched.get_last_lr()[0]})
             advance(1)
     model.eval()
