@@ -39,37 +39,36 @@ def _padded(widths_per_batch: list[list[int]]) -> int:
     return sum(max(w) * len(w) for w in widths_per_batch if w)
 
 
-def epoch_counts(pairs, ids, index, batch_size: int, seed: int, chunk: int) -> dict[str, dict]:
-    """Texts forwarded and padded tokens over one epoch, per way (deterministic)."""
+def epoch_counts(pairs, ids, chosen, rejected, batch_size: int, seed: int,
+                 chunk: int) -> dict[str, dict]:
+    """Texts forwarded and padded tokens over one epoch, per way (deterministic). `ids`: the
+    distinct texts' tokens; `chosen` / `rejected`: each pair's indices into them."""
     from rlhf.pipeline.reward.train import prompt_batches
 
-    lens = {k: len(ids[i]) for k, i in index.items()}
     order = list(range(len(pairs)))
     random.Random(seed).shuffle(order)
     pw = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
-    pw_w = [[lens[(pairs[i]["prompt"], pairs[i][side])] for i in b for side in ("chosen", "rejected")]
-            for b in pw]
+    pw_w = [[len(ids[side[i]]) for i in b for side in (chosen, rejected)] for b in pw]
     db = prompt_batches(pairs, batch_size, random.Random(seed))
-    d_w = [sorted({index[(pairs[i]["prompt"], pairs[i][side])] for i in b
-                   for side in ("chosen", "rejected")}) for b in db]
-    d_w = [[len(ids[t]) for t in b] for b in d_w]
+    d_w = [[len(ids[t]) for t in sorted({side[i] for i in b for side in (chosen, rejected)})]
+           for b in db]
     chunks = [sorted(w)[s:s + chunk] for w in d_w for s in range(0, len(w), chunk)]
-    return {
-        "pairwise": {"steps": len(pw), "texts": sum(map(len, pw_w)), "padded_tokens": _padded(pw_w),
-                     "real_tokens": sum(map(sum, pw_w))},
-        "distinct": {"steps": len(db), "texts": sum(map(len, d_w)), "padded_tokens": _padded(d_w),
-                     "real_tokens": sum(map(sum, d_w))},
-        "chunked": {"steps": len(db), "texts": sum(map(len, d_w)),
-                    "padded_tokens": _padded(chunks), "real_tokens": sum(map(sum, d_w))},
-    }
+
+    def counts(steps, widths, padded):
+        return {"steps": steps, "texts": sum(map(len, widths)), "padded_tokens": _padded(padded),
+                "real_tokens": sum(map(sum, widths))}
+
+    return {"pairwise": counts(len(pw), pw_w, pw_w), "distinct": counts(len(db), d_w, d_w),
+            "chunked": counts(len(db), d_w, chunks)}
 
 
-def time_way(way: str, init: str, tok, pairs, cfg, steps: int, seed: int) -> float:
+def time_way(way: str, init: str, tok, pairs, ids, chosen, rejected, cfg, steps: int,
+             seed: int) -> float:
     """Median seconds per optimiser step of `steps` steps (+1 warm-up) of one member."""
     import torch
 
+    from rlhf.pipeline.reward.scorer import autocast, forward_scores, fp32_head, pad_rows
     from rlhf.pipeline.reward.train import init_rm, prompt_batches
-    from rlhf.pipeline.reward.scorer import autocast, encode_pairs, forward_scores, fp32_head
 
     model = init_rm(init, seed=seed)
     model.config.pad_token_id = tok.pad_token_id
@@ -77,50 +76,31 @@ def time_way(way: str, init: str, tok, pairs, cfg, steps: int, seed: int) -> flo
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
     rng = random.Random(seed)
     pad = tok.pad_token_id
-    times = []
-    if way == "pairwise":
-        enc = encode_pairs(tok, pairs, cfg.max_length)
-        order = list(range(len(pairs)))
-        rng.shuffle(order)
-        for s in range(steps + 1):
-            b = order[s * cfg.batch_size:(s + 1) * cfg.batch_size]
-            rows = [enc["chosen_ids"][i] for i in b] + [enc["rejected_ids"][i] for i in b]
-            width = max(map(len, rows))
-            x = torch.full((len(rows), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for r, t in enumerate(rows):
-                x[r, :len(t)] = torch.tensor(t)
-                mask[r, :len(t)] = 1
-            t0 = time.perf_counter()
-            rc, rr = torch.chunk(model(input_ids=x, attention_mask=mask).logits[:, 0], 2)
-            (-torch.nn.functional.logsigmoid(rc - rr).mean()).backward()
-            opt.step()
-            opt.zero_grad()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times[1:])
-    from rlhf.pipeline.reward.scorer import encode_texts
-
-    index: dict = {}
-    for p in pairs:
-        for side in ("chosen", "rejected"):
-            index.setdefault((p["prompt"], p[side]), len(index))
-    texts = list(index)
-    ids = encode_texts(tok, [t[0] for t in texts], [t[1] for t in texts], cfg.max_length)
     precision = "bf16" if way.endswith("_bf16") else "fp32"
     if precision == "bf16":
         fp32_head(model)
-    batches = prompt_batches(pairs, cfg.batch_size, rng)
+    if way == "pairwise":  # both texts of every pair, one padded batch of 2 x 32 a step
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        batches = [order[s * cfg.batch_size:(s + 1) * cfg.batch_size] for s in range(steps + 1)]
+    else:
+        batches = prompt_batches(pairs, cfg.batch_size, rng)
+    times = []
     for s in range(steps + 1):
         b = batches[s % len(batches)]
-        uniq = sorted({index[(pairs[i]["prompt"], pairs[i][side])] for i in b
-                       for side in ("chosen", "rejected")})
-        pos = {t: k for k, t in enumerate(uniq)}
         t0 = time.perf_counter()
         with autocast(precision):
-            chunk = 16 if way.startswith("chunked") else len(uniq)
-            scores = forward_scores(model, [ids[t] for t in uniq], pad, chunk=chunk)
-            rc = scores[[pos[index[(pairs[i]["prompt"], pairs[i]["chosen"])]] for i in b]]
-            rr = scores[[pos[index[(pairs[i]["prompt"], pairs[i]["rejected"])]] for i in b]]
+            if way == "pairwise":
+                x, mask = pad_rows([ids[chosen[i]] for i in b] + [ids[rejected[i]] for i in b],
+                                   pad)
+                rc, rr = torch.chunk(model(input_ids=x, attention_mask=mask).logits[:, 0], 2)
+            else:
+                uniq = sorted({side[i] for i in b for side in (chosen, rejected)})
+                pos = {t: k for k, t in enumerate(uniq)}
+                chunk = 16 if way.startswith("chunked") else len(uniq)
+                scores = forward_scores(model, [ids[t] for t in uniq], pad, chunk=chunk)
+                rc = scores[[pos[chosen[i]] for i in b]]
+                rr = scores[[pos[rejected[i]] for i in b]]
             (-torch.nn.functional.logsigmoid(rc - rr).mean()).backward()
         opt.step()
         opt.zero_grad()
@@ -143,7 +123,7 @@ def main() -> int:
     from rlhf.pipeline.policy import load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.scorer import encode_texts
     from rlhf.pipeline.reward.stage import training_data
-    from rlhf.pipeline.reward.train import resolve_backbone
+    from rlhf.pipeline.reward.train import distinct_texts, resolve_backbone
     from rlhf.pipeline.world.judge import gold_score
 
     quiet_hf()
@@ -154,17 +134,14 @@ def main() -> int:
     init = resolve_backbone(cfg.backbone, args.artifacts / "models" / "sft")
     tok = load_tokenizer(init)
     pairs = data.train_pairs
-    index: dict = {}
-    for p in pairs:
-        for side in ("chosen", "rejected"):
-            index.setdefault((p["prompt"], p[side]), len(index))
-    texts = list(index)
+    texts, chosen, rejected = distinct_texts(pairs)
     ids = encode_texts(tok, [t[0] for t in texts], [t[1] for t in texts], cfg.train.max_length)
-    counts = epoch_counts(pairs, ids, index, cfg.train.batch_size, cfg.seed, 16)
+    counts = epoch_counts(pairs, ids, chosen, rejected, cfg.train.batch_size, cfg.seed, 16)
     counts["chunked_bf16"] = counts["chunked"]
     load = os.getloadavg()[0]
     for way in args.ways:
-        sec = time_way(way, init, tok, pairs, cfg.train, args.steps, cfg.seed)
+        sec = time_way(way, init, tok, pairs, ids, chosen, rejected, cfg.train, args.steps,
+                       cfg.seed)
         c = counts[way]
         print(json.dumps({"way": way, "pairs": len(pairs), **c, "seconds_per_step": round(sec, 3),
                           "epoch_seconds": round(sec * c["steps"], 1),

@@ -86,7 +86,8 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
             quiet_trainer(trainer)
             t = time.perf_counter()
             trainer.train()
-            times = [0.0] + [(time.perf_counter() - t) / (repeats + 1)] * repeats
+        return {"work": work, "threads": threads,
+                "seconds": round((time.perf_counter() - t) / (repeats + 1), 4)}  # a mean
     else:
         from rlhf.pipeline.policy import load_policy, sample
 

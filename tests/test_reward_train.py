@@ -276,7 +276,7 @@ def test_reward_stage_scorer_gives_an_encoder_light_rm_token_scores(tmp_path):
 def test_forward_scores_in_length_sorted_chunks_equal_one_padded_batch(tiny):
     """The trainers' forward: chunks of similar length padded to their own longest give the
     scores (and gradients) one batch padded to the longest text gives, in the texts' order."""
-    from rlhf.pipeline.reward.scorer import forward_scores
+    from rlhf.pipeline.reward.scorer import forward_scores, pad_rows
     from rlhf.pipeline.reward.train import init_rm
 
     _, tok, config = tiny
@@ -285,12 +285,8 @@ def test_forward_scores_in_length_sorted_chunks_equal_one_padded_batch(tiny):
     ids = [torch.randint(5, len(tok) - 1, (int(n),), generator=g).tolist()
            for n in torch.randint(3, 40, (23,), generator=g)]
     pad = tok.pad_token_id
-    width = max(map(len, ids))
-    x = torch.full((len(ids), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(x)
-    for row, t in enumerate(ids):
-        x[row, :len(t)] = torch.tensor(t)
-        mask[row, :len(t)] = 1
+    x, mask = pad_rows(ids, pad)  # one batch padded to the longest text
+    assert x.shape == (23, max(map(len, ids))) and int(mask.sum()) == sum(map(len, ids))
     model.config.pad_token_id = pad
     whole = model(input_ids=x, attention_mask=mask).logits[:, 0]
     whole.sum().backward()

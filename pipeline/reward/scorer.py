@@ -125,58 +125,55 @@ def encode_pairs(tokenizer, pairs: Sequence[dict[str, str]], max_length: int) ->
     }
 
 
-def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
-                 precision: str = "fp32", progress=None):
-    """Raw scalar scores [N] of pre-tokenized texts (right-padded, as the trainer pads), in
-    `precision` ("fp32" or "bf16": see `autocast`); `progress(k)` after each batch of k."""
+def pad_rows(rows: Sequence[Sequence[int]], pad: int):
+    """([B, W] right-padded token ids, [B, W] attention mask) of `rows`, W the longest."""
     import torch
 
-    if precision == "bf16":
-        fp32_head(model)
-
-    pad = tokenizer.pad_token_id
-    out = []
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # less padding per batch
-    with torch.no_grad(), autocast(precision):
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            width = max(len(ids[i]) for i in idx)
-            x = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for row, i in enumerate(idx):
-                x[row, :len(ids[i])] = torch.tensor(ids[i])
-                mask[row, :len(ids[i])] = 1
-            out.append((idx, model(input_ids=x, attention_mask=mask).logits[:, 0].float()))
-            if progress is not None:
-                progress(len(idx))
-    scores = torch.empty(len(ids))
-    for idx, s in out:
-        scores[idx] = s
-    return scores
+    width = max(len(r) for r in rows)
+    x = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(x)
+    for row, r in enumerate(rows):
+        x[row, :len(r)] = torch.as_tensor(r)
+        mask[row, :len(r)] = 1
+    return x, mask
 
 
-def forward_scores(model, ids: Sequence[Sequence[int]], pad: int, chunk: int = 16):
-    """Scores [N] of the texts `ids` in their order, with gradients: the texts go through the
-    model in length-sorted chunks of `chunk`, each padded to its own longest, not the whole
-    batch to its longest (the texts do not interact, so only the padding changes). A training
-    batch of 117 texts of 20-128 tokens pads to about 1.1x its tokens this way, not 1.8x."""
+def forward_scores(model, ids: Sequence[Sequence[int]], pad: int, chunk: int = 16,
+                   progress=None):
+    """Scores [N] of the texts `ids` in their order (with gradients when enabled): the texts go
+    through the model in length-sorted chunks of `chunk`, each padded to its own longest, not the
+    whole batch to its longest (the texts do not interact, so only the padding changes). A
+    training batch of 117 texts of 20-128 tokens pads to about 1.1x its tokens this way, not
+    1.8x. `progress(k)` after each chunk of k."""
     import torch
 
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     parts, where = [], []
     for start in range(0, len(order), chunk):
         idx = order[start:start + chunk]
-        width = max(len(ids[i]) for i in idx)
-        x = torch.full((len(idx), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(x)
-        for row, i in enumerate(idx):
-            x[row, :len(ids[i])] = torch.as_tensor(ids[i])
-            mask[row, :len(ids[i])] = 1
+        x, mask = pad_rows([ids[i] for i in idx], pad)
         parts.append(model(input_ids=x, attention_mask=mask).logits[:, 0].float())
         where += idx
+        if progress is not None:
+            progress(len(idx))
     inverse = torch.empty(len(ids), dtype=torch.long)
     inverse[torch.as_tensor(where)] = torch.arange(len(ids))
     return torch.cat(parts)[inverse]
+
+
+def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
+                 precision: str = "fp32", progress=None):
+    """Raw scalar scores [N] of pre-tokenized texts, no gradients, in length-sorted batches of
+    `batch_size` (`forward_scores`), in `precision` ("fp32" or "bf16": see `autocast`);
+    `progress(k)` after each batch of k."""
+    import torch
+
+    if not ids:
+        return torch.empty(0)
+    if precision == "bf16":
+        fp32_head(model)
+    with torch.no_grad(), autocast(precision):
+        return forward_scores(model, ids, tokenizer.pad_token_id, batch_size, progress)
 
 
 class Scorer:

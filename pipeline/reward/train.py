@@ -105,6 +105,17 @@ def prompt_batches(pairs: Sequence[dict[str, str]], batch_size: int, rng) -> lis
     return batches
 
 
+def distinct_texts(pairs: Sequence[dict[str, str]]
+                   ) -> tuple[list[tuple[str, str]], list[int], list[int]]:
+    """(every distinct (prompt, response) once, each pair's chosen index, its rejected index)."""
+    index: dict[tuple[str, str], int] = {}
+    for p in pairs:
+        for side in ("chosen", "rejected"):
+            index.setdefault((p["prompt"], p[side]), len(index))
+    return (list(index), [index[(p["prompt"], p["chosen"])] for p in pairs],
+            [index[(p["prompt"], p["rejected"])] for p in pairs])
+
+
 def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConfig,
              seed: int = 0, precision: str = "fp32", progress=None) -> tuple[Any, list[dict]]:
     """Train `model` on (prompt, chosen, rejected) pairs; returns (model in eval mode, log).
@@ -135,15 +146,8 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
         tokenizer.pad_token = tokenizer.eos_token
     pad = tokenizer.pad_token_id
     model.config.pad_token_id = pad
-    # every distinct (prompt, response) once, tokenized as the scorer tokenizes it
-    index: dict[tuple[str, str], int] = {}
-    for p in pairs:
-        for side in ("chosen", "rejected"):
-            index.setdefault((p["prompt"], p[side]), len(index))
-    texts = list(index)
+    texts, chosen, rejected = distinct_texts(pairs)
     ids = encode_texts(tokenizer, [t[0] for t in texts], [t[1] for t in texts], cfg.max_length)
-    chosen = [index[(p["prompt"], p["chosen"])] for p in pairs]
-    rejected = [index[(p["prompt"], p["rejected"])] for p in pairs]
     rng = random.Random(seed)
     per_epoch = len(prompt_batches(pairs, cfg.batch_size, random.Random(seed)))
     n_steps = max(1, math.ceil(per_epoch * cfg.epochs))
