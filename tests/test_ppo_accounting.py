@@ -66,3 +66,21 @@ def test_a_token_budget_stops_the_run_after_the_step_that_reaches_it(tmp_path, o
     assert last == f"step-{m[-1]['step']:06d}"  # the final step is checkpointed
     with pytest.raises(Exception, match="total_tokens"):
         build(PPOConfig, {"total_tokens": -1}, "ppo")
+
+
+def test_feature_counters_are_keyed_flat_in_metrics_and_survive_merge_and_resume():
+    a, b = StepCost(), StepCost()
+    a.count("rollouts_pruned", 2)
+    b.count("rollouts_pruned", 3)
+    b.count("drafts_stale")
+    b.gen_token_forwards = 7
+    m = StepCost.merged([a, b])
+    assert m.features == {"rollouts_pruned": 5, "drafts_stale": 1}
+    flat = m.as_metrics()
+    assert flat["rollouts_pruned"] == 5 and flat["gen_token_forwards"] == 7
+    assert "features" not in flat
+    t = Totals()
+    t.add(m)
+    u = Totals()
+    u.load_state_dict(t.state_dict())
+    assert u.as_metrics()["rollouts_pruned_cum"] == 5 == t.as_metrics()["rollouts_pruned_cum"]

@@ -238,7 +238,7 @@ def test_a_dropped_pruned_row_gets_no_gradient_and_a_null_reward(tmp_path):
     tr.forward_logprobs(r)
     tr.learner.values(r, tr.pad_id, tr.scorer, cost)
     tr.learner.advantages(r, 3)
-    assert cost.rollouts_pruned == 1 and cost.light_rm_calls == 3  # the pruned row: no RM call
+    assert cost.features["rollouts_pruned"] == 1 and cost.light_rm_calls == 3  # the pruned row: no RM call
     assert not bool(r.loss_mask[0].any()) and float(r.advantages[0].abs().sum()) == 0.0
     from rlhf.pipeline.generation import response_logits, token_logprobs
     from rlhf.pipeline.ppo import core
@@ -286,7 +286,7 @@ def test_resampling_regenerates_from_the_cut_and_pays_for_it(tmp_path):
     assert new[:2] == first[:2]  # the prefix before the first low-rated token is kept
     regen = r.extras["generated_tokens"][0] - before[0]
     assert regen == len(new) - 2 and regen >= 1
-    assert cost.tokens_regenerated == regen and cost.rollouts_resampled == 1
+    assert cost.features["tokens_regenerated"] == regen and cost.features["rollouts_resampled"] == 1
     assert cost.tokens_generated == sum(before) + regen and cost.rollouts_started == 5
     assert "resampled" in r.flags[0] and r.extras["first_draw"][0]["cut"] == 2
     tr.forward_logprobs(r)  # log-probs of the new row come from the normal pass, same shapes

@@ -32,17 +32,35 @@ class StepCost:
     light_rm_tokens: int = 0    # tokens it read
     strong_rm_calls: int = 0
     strong_rm_tokens: int = 0
-    human_rm_calls: int = 0     # human-queue labels (issue 15: the annotator pool)
+    human_rm_calls: int = 0     # human-queue labels (the annotator pool)
     human_rm_tokens: int = 0    # (0: an annotator reads, no model does)
-    rollouts_pruned: int = 0    # stopped early by the entropy rule (sample_economy.py)
-    rollouts_resampled: int = 0  # cut at a low-rated prefix and regenerated (also in started)
-    tokens_regenerated: int = 0  # tokens of those regenerations (also in tokens_generated)
+    # --- compute, counted (never timed): the x-axes a saving claim may use besides tokens.
+    # A token-forward is one token position pushed through a model, padding included (a padded
+    # position costs what a real one does); a forward is one sequential call of the model.
+    gen_forwards: int = 0           # sequential policy forwards in generation (prefill, decode,
+                                    # draft verification)
+    gen_token_forwards: int = 0     # token positions they pushed through the policy
+    drafted_tokens: int = 0         # tokens a drafter proposed (engine.py)
+    accepted_tokens: int = 0        # of those, accepted by the exact verification rule
+    logprob_token_forwards: int = 0  # policy token-forwards of the old-log-prob pass
+    logprob_passes_saved: int = 0   # old-log-prob passes skipped: the engine's sampled
+                                    # distribution was reused (0 or 1 a step and process)
+    ref_token_forwards: int = 0     # reference-model token-forwards (KL to the reference)
+    update_token_forwards: int = 0  # policy token-forwards of the PPO epochs (forward+backward)
+    critic_token_forwards: int = 0  # critic token-forwards (values and the epochs)
+    # per-feature counters, keyed by the names a feature declares (features/registry.py), e.g.
+    # rollouts_pruned; flat in the metrics like the fields above
+    features: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=lambda: {p: 0.0 for p in PHASES})
     gpu_peak_gib: dict = field(default_factory=dict)  # peak GPU memory per phase (CUDA only)
 
     def add_generated(self, n_tokens: int, n_sequences: int = 1) -> None:
         self.tokens_generated += int(n_tokens)
         self.rollouts_started += int(n_sequences)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Adds `n` to the per-feature counter `name`."""
+        self.features[name] = self.features.get(name, 0) + int(n)
 
     def add_rm(self, tier: str, n_texts: int, n_tokens: int) -> None:
         setattr(self, f"{tier}_rm_calls", getattr(self, f"{tier}_rm_calls") + int(n_texts))
@@ -66,7 +84,10 @@ class StepCost:
                                               cuda.max_memory_allocated() / 2**30)
 
     def counts(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_COUNTS}
+        """Every counter, the fields' and the features' (flat)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_COUNTS}
+        out.update(self.features)
+        return out
 
     def as_metrics(self) -> dict[str, float]:
         """Flat metrics: the counts, `seconds_<phase>` for each phase and, on a GPU,
@@ -82,7 +103,10 @@ class StepCost:
         total = StepCost()
         for p in parts:
             for k, v in p.counts().items():
-                setattr(total, k, getattr(total, k) + v)
+                if k in COUNTERS:
+                    setattr(total, k, getattr(total, k) + v)
+                else:
+                    total.count(k, v)
             for k, s in p.seconds.items():
                 total.seconds[k] = max(total.seconds[k], s)
             for k, g in p.gpu_peak_gib.items():
@@ -90,7 +114,7 @@ class StepCost:
         return total
 
 
-_NOT_COUNTS = ("seconds", "gpu_peak_gib")
+_NOT_COUNTS = ("seconds", "gpu_peak_gib", "features")
 COUNTERS = tuple(f.name for f in fields(StepCost) if f.name not in _NOT_COUNTS)
 
 
@@ -124,6 +148,7 @@ class Totals:
 
     def load_state_dict(self, state: dict) -> None:
         self.sums = {k: int(state["sums"].get(k, 0)) for k in COUNTERS}
+        self.sums.update({k: int(v) for k, v in state["sums"].items() if k not in COUNTERS})
         self.seconds = float(state["seconds"])
 
 

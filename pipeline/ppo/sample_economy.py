@@ -218,7 +218,7 @@ class EntropyStop:
 
     def after_score(self, trainer, r, cost) -> None:
         pruned = r.extras.get("pruned") or [False] * len(r)
-        cost.rollouts_pruned += sum(pruned)
+        cost.count("rollouts_pruned", sum(pruned))
         if self.treatment != "failure" or not any(pruned):
             return
         kept = [i for i in range(len(r)) if bool(r.valid[i]) and not pruned[i]]
@@ -319,8 +319,8 @@ class Resample:
                                         r.query.device)
         new_tokens = sum(len(c) for c in cont)
         cost.add_generated(new_tokens, len(rows))
-        cost.rollouts_resampled += len(rows)
-        cost.tokens_regenerated += new_tokens
+        cost.count("rollouts_resampled", len(rows))
+        cost.count("tokens_regenerated", new_tokens)
         first = {}
         for k, i in enumerate(rows):
             first[i] = {"response": r.responses[i], "reward": float(r.scores[i]),
