@@ -30,9 +30,10 @@ def sampling_of(cfg) -> Sampling:
 
 @torch.no_grad()
 def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str, device,
-                     hooks=(), step: int = 0, on_error=lambda exc: None) -> Rollout:
+                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None) -> Rollout:
     """Sample one response per (prompt_id, text); rows that timed out unfinished or failed
-    become the fallback response with `valid=False` (no gradient, no score)."""
+    become the fallback response with `valid=False` (no gradient, no score). `cost`
+    (accounting.StepCost): the generation's forwards and token-forwards are added to it."""
     from transformers import MaxTimeCriteria
 
     ids, texts = [b[0] for b in batch], [b[1] for b in batch]
@@ -52,6 +53,10 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
             out = generate(model, tok, enc, sampling_of(cfg), logits_processors=processors,
                            stopping_criteria=stops).sequences
         gen = out[:, P:].cpu().tolist()
+        if cost is not None:  # model.generate: every row stays in the batch until the last ends
+            steps = out.shape[1] - P
+            cost.gen_forwards += steps
+            cost.gen_token_forwards += out.shape[0] * (P + max(steps - 1, 0))
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False
@@ -124,10 +129,15 @@ def policy_logits(model, r: Rollout, temperature: float, idx: torch.Tensor | Non
 
 
 @torch.no_grad()
-def forward_logprobs(policy, ref, r: Rollout, cfg) -> None:
-    """Old and reference log-probs, entropy and per-token KL, all from full distributions."""
+def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None) -> None:
+    """Old and reference log-probs, entropy and per-token KL, all from full distributions.
+    `cost`: the two passes' token-forwards are added to it."""
     logits = policy_logits(policy, r, cfg.temperature)
     ref_logits = policy_logits(ref, r, cfg.temperature)
+    if cost is not None:
+        positions = r.query.shape[0] * (r.query.shape[1] + r.response.shape[1])
+        cost.logprob_token_forwards += positions
+        cost.ref_token_forwards += positions
     core.check_full_distribution(torch.log_softmax(logits[:1], -1), logits.shape[-1])
     r.logprobs = token_logprobs(logits, r.response)
     r.ref_logprobs = token_logprobs(ref_logits, r.response)

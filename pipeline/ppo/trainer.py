@@ -245,12 +245,12 @@ class PPOTrainer:
         cost = StepCost()
         batch = self._my_share(self.select_prompts(step, cost))
         with cost.phase("generate"):
-            r = self.generate(batch, self.paths.checkpoint_id(step - 1), step)
+            r = self.generate(batch, self.paths.checkpoint_id(step - 1), step, cost)
         cost.add_generated(sum(r.extras["generated_tokens"]), len(r))
         with cost.phase("score"):
             self.score(r, cost)
         with cost.phase("logprobs"):
-            self.forward_logprobs(r)
+            self.forward_logprobs(r, cost)
         with cost.phase("critic"):
             self.learner.values(r, self.pad_id, self.scorer, cost)
         with cost.phase("update"):
@@ -292,11 +292,12 @@ class PPOTrainer:
                 return kept[:need]
         raise RuntimeError("the prompt gates skipped every prompt of 1000 draws")
 
-    def generate(self, batch: list[tuple[str, str]], version: str, step: int = 0) -> Rollout:
+    def generate(self, batch: list[tuple[str, str]], version: str, step: int = 0,
+                 cost: StepCost | None = None) -> Rollout:
         with self.engines.policy.generation() as model:
             return generate_rollout(
                 model, self.tokenizer, batch, self.cfg, version, self.acc.device,
-                hooks=self.hooks.generation, step=step,
+                hooks=self.hooks.generation, step=step, cost=cost,
                 on_error=lambda exc: self.recorder.event("generation_error", error=str(exc)[:200]))
 
     def score(self, r: Rollout, cost: StepCost | None = None) -> None:
@@ -306,9 +307,9 @@ class PPOTrainer:
         for h in self.hooks.post_scoring:
             h.after_score(self, r, cost)
 
-    def forward_logprobs(self, r: Rollout) -> None:
+    def forward_logprobs(self, r: Rollout, cost: StepCost | None = None) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
-        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg)
+        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg, cost)
 
     def _logits(self, model, r: Rollout, idx: torch.Tensor | None = None) -> torch.Tensor:
         return policy_logits(model, r, self.cfg.temperature, idx)
