@@ -82,7 +82,7 @@ ARMS: dict[str, Arm] = {
     # 0.9 skipped ~15 % when replayed on that run's rewards (trigger-rate calibration only)
     "scheduler_loose": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True,
                                                     "schedule_low": 0.9, "schedule_high": 1.5}),
-    # seed 000 §3.1 levels two and three (issue 13, pipeline/ppo/sample_economy.py) on seed PPO
+    # seed 000 §3.1 levels two and three (issue 13, pipeline/ppo/features/sample_economy.py) on seed PPO
     "pruning": Arm(base="seed", stratified=True, overrides={"prune_on": True}),
     "resampling": Arm(base="seed", stratified=True, overrides={"resample_on": True}),
     "pruning_resampling": Arm(base="seed", stratified=True,
@@ -96,13 +96,13 @@ ARMS: dict[str, Arm] = {
     "pruning_norep_truncation": Arm(base="seed", stratified=True, overrides={
         "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
         "prune_treatment": "truncation"}),
-    # rollout economy III (issue 15, pipeline/ppo/tiers.py): Level 0's high-risk route, a low
+    # rollout economy III (issue 15, pipeline/ppo/features/tiers.py): Level 0's high-risk route, a low
     # light score (bottom 10 % of the recent ones) and the confidence gate trigger Level 2, at
     # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
     # reward stage's score map; one sample a step to the human queue. Level 0's token budget is
     # left out: its complexity head is below the majority class (README "Level 0 router")
     "level02": Arm(base="plain", overrides={**LEVEL02, "debug_rollouts": True}),
-    # the light RM that evolves (pipeline/ppo/rm_evolution.py): the confidence gate keeps
+    # the light RM that evolves (pipeline/ppo/features/rm_evolution.py): the confidence gate keeps
     # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
     "rm_evolution": Arm(base="plain", overrides={**EVOLVE, "rm_gate_mask_on": True,
                                                  "debug_rollouts": True}),
@@ -122,18 +122,18 @@ ARMS: dict[str, Arm] = {
     "rloo": Arm(trainer="rloo", base="plain"),
 }
 BASELINE = "plain"
-# inputs only arms with a switch read: {setup path key: the PPOConfig switches that read it}
-FEATURE_INPUTS = {"pool_embeddings": ("schedule_on",),
-                  "rm_strong": ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
-                                "escalate_uncertain", "rm_evolve_on"),
-                  "score_map": ("escalate_map", "rm_evolve_on"),
-                  "routes": ("escalate_high_risk", "route_budget_on")}
+# the setup's path keys of the feature inputs (features/inputs.py) the arms may read
+SETUP_KEY = {"pool_embeddings": "embeddings", "rm_strong": "strong_reward",
+             "score_map": "score_map", "routes": "routes"}
 
 
 def reads(arm: Arm, key: str) -> bool:
-    """Whether `arm` switches on a feature that reads input `key` (FEATURE_INPUTS)."""
+    """Whether `arm` switches on a feature that reads input `key` (a setup path key): the
+    feature registry says which switches read which input."""
+    from rlhf.pipeline.ppo.features.registry import input_switches
+
     return any(arm.overrides.get(s) not in (None, False, 0, 0.0, "none")
-               for s in FEATURE_INPUTS[key])
+               for s in input_switches().get(SETUP_KEY[key], ()))
 PEER_GROUP = 4  # GRPO / RLOO samples per prompt (16 rollouts a step = 4 prompts x 4)
 EVAL_POINTS = 6  # checkpoints per run besides SFT
 
@@ -154,10 +154,10 @@ def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int, tokens: i
     peers do. Until then the report cuts every curve at the token budget."""
     from dataclasses import fields
 
-    from rlhf.pipeline.ppo.config import plain
+    from rlhf.pipeline.ppo.config import plain, with_values
 
     cfg = plain(base_cfg) if arm.base == "plain" else base_cfg
-    cfg = replace(cfg, **arm.overrides)
+    cfg = with_values(cfg, **arm.overrides)
     budget = {"total_tokens": tokens} if "total_tokens" in {f.name for f in fields(cfg)} else {}
     return replace(cfg, seed=seed, total_steps=steps,
                    checkpoint_every=max(1, steps // points), **budget)
@@ -201,7 +201,7 @@ def prepare(args) -> dict:
               for k, v in src.items()}
     # inputs only some arms read: in those arms' specs alone (spec_of), so adding one keeps
     # every other arm's saved results valid
-    feature_hashes = {k: hashes.pop(k) for k in FEATURE_INPUTS if k in hashes}
+    feature_hashes = {k: hashes.pop(k) for k in SETUP_KEY if k in hashes}
     if strong:  # Level 2 escalation reads it in place (263 MB): hashed, not copied
         feature_hashes["rm_strong"] = tree_hash(strong)
     old = json.loads((out / "setup.json").read_text()) if (out / "setup.json").exists() else {}
@@ -480,13 +480,14 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         tiered = {}
         if any(reads(arm, k) for k in ("rm_strong", "routes")) or cfg.human_labels_per_step:
             tiered = tier_run_args(cfg, arm, paths, work, setup)
+        inputs = {"strong_reward": setup["strong_reward"] if reads(arm, "rm_strong") else None,
+                  **({"embeddings": paths["pool_embeddings"]} if scheduled else {}),
+                  **tiered.pop("inputs", {})}
         run(cfg, paths["sft"], paths["rm_light"], paths["pool"], work, work / "rollouts",
             run_id=f"{arm_name}-seed{seed}", progress=False,
-            difficulty=paths["difficulty"] if stratified else None,
-            strong_reward=setup["strong_reward"] if reads(arm, "rm_strong") else None,
-            probe=probe,
-            **({"embeddings": paths["pool_embeddings"], "schedule": work / "schedule"}
-               if scheduled else {}), **tiered)
+            difficulty=paths["difficulty"] if stratified else None, probe=probe, inputs=inputs,
+            tables={**({"schedule": work / "schedule"} if scheduled else {}),
+                    **tiered.pop("tables", {})}, **tiered)
         seconds_train = time.perf_counter() - t
         cum = {}
         for line in (work / "metrics.jsonl").read_text().splitlines():
@@ -552,14 +553,14 @@ def tier_run_args(cfg, arm: Arm, paths: dict, work: Path, setup: dict) -> dict:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.ppo.trainer import annotator_pool
 
-    out = {"rm_scores": work / "rm_scores", "score_map": paths.get("score_map")}
+    out = {"rm_scores": work / "rm_scores", "inputs": {"score_map": paths.get("score_map")}}
     if reads(arm, "routes"):
-        out["routes"] = paths["routes"]
+        out["inputs"]["routes"] = paths["routes"]
     if cfg.human_labels_per_step or (cfg.rm_evolve_on and cfg.rm_label_source == "annotators"):
         params = Path(setup.get("params", REPO / "params.yaml"))
-        out["annotators"] = annotator_pool(load_config(params, "preferences",
-                                                       ("annotators", "seed", "labels")))
-        out["human_labels"] = work / "human_labels"
+        out["inputs"]["annotators"] = annotator_pool(load_config(
+            params, "preferences", ("annotators", "seed", "labels")))
+        out["tables"] = {"human_labels": work / "human_labels"}
     return out
 
 

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 
+from rlhf.pipeline.ppo.hooks import HookBase
 
-class Probe:
+
+class Probe(HookBase):
     name = "economy_probe"
 
     def __init__(self, path: Path):
@@ -36,16 +38,16 @@ class Probe:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     @torch.no_grad()
-    def after_score(self, trainer, r, cost) -> None:
+    def after_score(self, ctx, r, cost) -> None:
         from rlhf.pipeline.ppo.generate import sampling_of
-        from rlhf.pipeline.ppo.sample_economy import continue_from_prefix
+        from rlhf.pipeline.ppo.features.sample_economy import continue_from_prefix
         from rlhf.pipeline.text import response_of
         from rlhf.pipeline.world.judge import gold_score
 
         rng = torch.get_rng_state()
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         try:
-            tok = trainer.tokenizer
+            tok = ctx.tokenizer
             pruned = r.extras.get("pruned") or [False] * len(r)
             resampled = r.extras.get("resampled") or [False] * len(r)
             first = r.extras.get("first_draw") or {}
@@ -53,10 +55,10 @@ class Probe:
             finished: dict[int, tuple[float, int]] = {}
             if rows:
                 pre = [r.response[i][r.response_mask[i]].tolist() for i in rows]
-                with trainer.engines.policy.generation() as model:
+                with ctx.generation() as model:
                     model.eval()
                     cont = continue_from_prefix(model, tok, r, rows, pre,
-                                                sampling_of(trainer.cfg), r.query.device)
+                                                sampling_of(ctx.cfg), r.query.device)
                 for i, p, c in zip(rows, pre, cont):
                     text = response_of(tok.decode(p + c, skip_special_tokens=True))
                     finished[i] = (gold_score(r.prompts[i], text), len(c))
@@ -73,7 +75,7 @@ class Probe:
                     row["g0"] = gold_score(r.prompts[i], first[i]["response"])
                 out.append(row)
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"step": trainer.current_step, "rows": out}) + "\n")
+                fh.write(json.dumps({"step": ctx.step, "rows": out}) + "\n")
         finally:
             torch.set_rng_state(rng)
             if cuda is not None:

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     from rlhf.pipeline.config import load_section
     from rlhf.pipeline.policy import set_threads
     from rlhf.pipeline.ppo.generate import generate_rollout, sampling_of
-    from rlhf.pipeline.ppo.sample_economy import EntropyStop, continue_from_prefix
+    from rlhf.pipeline.ppo.features.sample_economy import EntropyStop, continue_from_prefix
     from rlhf.pipeline.ppo.samplers import load_prompts
     from rlhf.pipeline.ppo.scoring import load_scorer
     from rlhf.pipeline.text import response_of

@@ -95,6 +95,8 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
     dataclass defaults (library use: tests, benchmarks)."""
     if not isinstance(data, dict):
         raise ConfigError(f"[{where}] must be a mapping, got {type(data).__name__}")
+    if hasattr(cls, "split"):  # keys a registered extension declares (PPOConfig.split)
+        data = cls.split(data)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
@@ -121,7 +123,7 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
         kwargs[name] = value
     missing = [
         n for n, f in fields.items()
-        if n not in kwargs and (complete or (f.default is dataclasses.MISSING
+        if n not in kwargs and n != "extra" and (complete or (f.default is dataclasses.MISSING
                                              and f.default_factory is dataclasses.MISSING))
     ]
     if missing:

@@ -12,13 +12,13 @@ import torch
 import ppo_tiny
 from rlhf.pipeline.config import build
 from rlhf.pipeline.ppo.config import PPOConfig
-from rlhf.pipeline.ppo.hooks import RolloutHooks
+from rlhf.pipeline.ppo.hooks import HookBase, RolloutHooks
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-class SkipOdd:
+class SkipOdd(HookBase):
     """Gate: skips prompts whose id ends in an odd digit; counts what it saw (its state)."""
 
     name = "skip_odd"
@@ -37,7 +37,7 @@ class SkipOdd:
         self.seen = state["seen"]
 
 
-class StopRowZero:
+class StopRowZero(HookBase):
     """Generation hook: stops row 0 of every batch after its first generated token."""
 
     name = "stop_row_zero"
@@ -68,7 +68,7 @@ class StopRowZero:
         pass
 
 
-class Recorder:
+class Recorder(HookBase):
     name = "recorder"
 
     def __init__(self):

@@ -1,4 +1,4 @@
-"""Rollout economy inside a sample (pipeline/ppo/sample_economy.py, issue 13): the entropy stop on
+"""Rollout economy inside a sample (pipeline/ppo/features/sample_economy.py, issue 13): the entropy stop on
 hand-made logits and inside the real batched generate of a tiny Llama, the -1 sigma selection,
 the prefix cut from per-token RM scores, what a pruned row does in the update, the resampled row
 and its token bill, the hook's checkpointed state, and the config's validation."""
@@ -14,8 +14,8 @@ import ppo_tiny
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.ppo.accounting import StepCost
 from rlhf.pipeline.ppo.config import PPOConfig, features_on, plain
-from rlhf.pipeline.ppo.hooks import RolloutHooks
-from rlhf.pipeline.ppo.sample_economy import (EntropyStop, Resample, first_low_position,
+from rlhf.pipeline.ppo.hooks import HookBase, RolloutHooks
+from rlhf.pipeline.ppo.features.sample_economy import (EntropyStop, Resample, first_low_position,
                                               repeats_ngram, sampled_entropy_bits, select_below,
                                               topk_entropy_bits)
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths, hooks_for
@@ -152,7 +152,7 @@ def test_prefix_cut_from_per_token_scores():
 
 
 # --------------------------------------------------------------------------- on the real trainer
-class Peak:
+class Peak(HookBase):
     """A generation hook placed before the entropy stop: row 0 of every batch gets a peaked
     distribution on 'cat'; every row has eos suppressed (so the others run to the budget)."""
 

@@ -1,4 +1,4 @@
-"""The prompt-embedding rollout scheduler (pipeline/ppo/scheduler.py; issue 14, seed 001 §4.3):
+"""The prompt-embedding rollout scheduler (pipeline/ppo/features/scheduler.py; issue 14, seed 001 §4.3):
 the 7-of-10 rule and the high-uncertainty mark on hand-made embeddings and histories, the
 exploration probability, the scale, then on the real trainer and a tiny Llama: a constant batch
 refilled from the sampler, `schedule` rows that match what was rolled out, exact resume with the
@@ -20,7 +20,7 @@ import pytest
 import ppo_tiny
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.ppo.config import PPOConfig, features_on, plain
-from rlhf.pipeline.ppo.scheduler import PromptScheduler, explore_probability, uniform
+from rlhf.pipeline.ppo.features.scheduler import PromptScheduler, explore_probability, uniform
 from rlhf.store.io import read_table, write_shard
 
 # no exploration unless a test asks for it: a rule skip stays a skip
@@ -210,7 +210,7 @@ def test_skipped_prompts_are_refilled_to_a_constant_batch_and_every_decision_is_
     c = build(PPOConfig, {**ppo_tiny.PARAMS, **TRAIN, "total_steps": 10}, "ppo")
     prompts = [(f"p{i:02d}", p) for i, p in enumerate(ppo_tiny.PROMPTS)]
     paths = RunPaths(tmp_path / "run", tmp_path / "rollouts", "sched",
-                     schedule=tmp_path / "schedule")
+                     tables={"schedule": tmp_path / "schedule"})
     hooks = hooks_for(c, None, tiny_space())
     gate = hooks.gates[0]
     assert hooks.observers == [gate] and gate.name == "prompt_scheduler"
@@ -241,9 +241,9 @@ def test_resume_from_a_checkpoint_redoes_the_same_decisions_and_schedule_rows(tm
     c = build(PPOConfig, {**ppo_tiny.PARAMS, **TRAIN, "total_steps": 8, "checkpoint_every": 3},
               "ppo")
     a = tmp_path / "a"
-    kw = dict(run_id="run", progress=False, embeddings=emb)
+    kw = dict(run_id="run", progress=False, inputs={"embeddings": emb})
     run(c, world["policy"], world["reward"], world["prompts"], a, tmp_path / "rows_a",
-        schedule=tmp_path / "sched_a", human_labels=tmp_path / "labels_a", **kw)
+        tables={"schedule": tmp_path / "sched_a", "human_labels": tmp_path / "labels_a"}, **kw)
     sched_a = schedule_rows(tmp_path / "sched_a")
     # the human queue is off: its declared folder holds a note (DVC warns of an empty folder)
     # and reads as an empty table; the scheduler's, on, holds its shards and no note
@@ -261,7 +261,7 @@ def test_resume_from_a_checkpoint_redoes_the_same_decisions_and_schedule_rows(tm
     shutil.copytree(tmp_path / "sched_a", tmp_path / "sched_b")
     (b / "checkpoints" / "latest").write_text("step-000003")
     run(c, world["policy"], world["reward"], world["prompts"], b, tmp_path / "rows_b",
-        schedule=tmp_path / "sched_b", resume=True, **kw)
+        tables={"schedule": tmp_path / "sched_b"}, resume=True, **kw)
     assert schedule_rows(tmp_path / "sched_b") == sched_a
     strip = [{k: v for k, v in r.items() if k != "created_at"} for r in rows_a]
     assert sorted(({k: v for k, v in r.items() if k != "created_at"}

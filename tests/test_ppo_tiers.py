@@ -14,9 +14,9 @@ import torch
 import ppo_tiny
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.ppo.config import PPOConfig
-from rlhf.pipeline.ppo.rm_evolution import gate_mask, relative_drop
+from rlhf.pipeline.ppo.features.rm_evolution import gate_mask, relative_drop
 from rlhf.pipeline.ppo.scoring import load_scorer
-from rlhf.pipeline.ppo.tiers import capped, escalation_triggers
+from rlhf.pipeline.ppo.features.tiers import capped, escalation_triggers
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths, annotator_pool, hooks_for
 from rlhf.pipeline.reward.score_map import ScoreMap
 from rlhf.store.io import read_table
@@ -128,7 +128,7 @@ def _trainer(tmp_path, scorer, strong=None, routes=None, annotators=None, smap=N
     cfg = build(PPOConfig, {**ppo_tiny.PARAMS, "csv_every": 1, "debug_rollouts": True, **over},
                 "ppo")
     paths = RunPaths(tmp_path / "run", tmp_path / "rollouts", "t", None, tmp_path / "rm_scores",
-                     None, None, tmp_path / "human_labels")
+                     tables={"human_labels": tmp_path / "human_labels"})
     hooks = hooks_for(cfg, strong, tokenizer=tok, light_scorer=scorer, score_map=smap,
                       routes=routes, annotators=annotators)
     return PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok, scorer, PROMPTS,

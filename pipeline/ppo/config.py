@@ -1,15 +1,19 @@
 """PPOConfig: the typed mirror of the `ppo:` section of params.yaml, checked at load.
 
 Every switch defaults to off, so a `ppo:` section that sets none of them is plain PPO (the
-baseline the benchmarks compare against); params.yaml turns the features on.
+baseline the benchmarks compare against); params.yaml turns the features on. Which fields are a
+feature's is declared by the feature registry (features/registry.py), not here: `PLAIN_PPO`,
+`plain` and `features_on` derive from it. A feature registered from outside this file declares
+its own `ppo:` keys (`ConfigField`); they live in `extra` and read like any other field
+(`cfg.my_switch`); `with_values` sets either kind.
 
     rlhf params check
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
 
 from rlhf.pipeline.config import ConfigError
 from rlhf.pipeline.ppo.schedules import DEFAULT_LAMBDA_EPS_TABLE, check_lambda_eps_table
@@ -38,6 +42,11 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     gamma: float = 1.0
     gae_lambda: float = 0.95
+    # the advantage estimator (advantages.py): "gae" with the critic (PPO), or a group estimator
+    # over `group_size` samples of each prompt with no critic: "rloo" (leave-one-out baseline),
+    # "grpo" (the group's mean and std); with group_size k a step draws batch_size / k prompts
+    advantage_estimator: Literal["gae", "rloo", "grpo"] = "gae"
+    group_size: int = 1
     clip_range: float = 0.2
     clip_range_value: float = 0.2
     whiten_advantages: bool = True
@@ -94,7 +103,7 @@ class PPOConfig:
     # The seed triggers Level 2 on a low score or a high-risk topic; we use the RM's own doubt,
     # the confidence gate of seed 000 §3.4 (0.6). 0 = never (and no strong RM: never).
     escalate_below: float = 0.0
-    # Level 2's other triggers (issue 15; pipeline/ppo/tiers.py). A valid rollout also escalates
+    # Level 2's other triggers (pipeline/ppo/features/tiers.py). A valid rollout also escalates
     # when its light-RM score is below the `escalate_score_quantile` quantile of the Level-1
     # scores of the last `escalate_window` steps and this one (the seed's 3.2 / 5.0 as a quantile
     # of the run's own distribution; 0 = off), when Level 0 routes its prompt as a high-risk topic
@@ -117,7 +126,7 @@ class PPOConfig:
     # Level 0 (issue 15): generate at most the route's token budget for each prompt (router
     # section of params.yaml, `rlhf ppo --routes`; max_new_tokens stays the ceiling)
     route_budget_on: bool = False
-    # RM evolution (issue 15; seed 000 §3.4, §5.1; pipeline/ppo/rm_evolution.py).
+    # RM evolution (issue 15; seed 000 §3.4, §5.1; pipeline/ppo/features/rm_evolution.py).
     # rm_gate_mask_on: a sample whose final confidence is below the light RM's gate (0.6) and
     # that Level 2 did not re-score is kept out of the step's update and queued for fine-tuning.
     rm_gate_mask_on: bool = False
@@ -159,7 +168,7 @@ class PPOConfig:
     # of processes (seed 000 §5.5)
     gradient_accumulation_steps: int = 1
     # rollout economy II (issue 14): the prompt-embedding rollout scheduler (seed 001 §4.3,
-    # pipeline/ppo/scheduler.py; `rlhf ppo --embeddings`). For a candidate prompt, its
+    # pipeline/ppo/features/scheduler.py; `rlhf ppo --embeddings`). For a candidate prompt, its
     # `schedule_neighbours` nearest historical prompts (MiniLM cosine; itself first when it has
     # history); a prompt's variance is the sample variance of its last `schedule_window` rewards
     # (>= 2 needed). If >= `schedule_min_low` of them are below `schedule_low` -> skip (estimate:
@@ -180,7 +189,7 @@ class PPOConfig:
     # anyway with probability min(1, base + steps since its last rollout / horizon)
     schedule_explore_base: float = 0.05
     schedule_explore_horizon: int = 50
-    # rollout economy I (issue 13; seed 000 §3.1 levels two and three; pipeline/ppo/sample_economy.py)
+    # rollout economy I (seed 000 §3.1 levels two and three; ppo/features/sample_economy.py)
     # level two: stop a sample after `prune_run` consecutive low-information tokens (inside the
     # batched generate: the tokens it would still have cost are never generated)
     prune_on: bool = False
@@ -206,6 +215,39 @@ class PPOConfig:
     resample_sigma: float = 1.0
     resample_low_frac: float = 0.25
     resample_max_share: float = 0.25
+    # the keys of features registered outside this class ((key, value) pairs; `with_values`)
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str):  # only reached when `name` is not a declared field
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from rlhf.pipeline.ppo.features.registry import extension_fields
+
+        try:
+            given = dict(object.__getattribute__(self, "extra"))
+        except AttributeError:
+            raise AttributeError(name) from None
+        if name in given:
+            return given[name]
+        ext = extension_fields()
+        if name in ext:
+            return ext[name].default
+        raise AttributeError(f"PPOConfig has no field {name!r}")
+
+    @classmethod
+    def split(cls, data: dict) -> dict:
+        """`data` with the keys of registered extension features moved into `extra`."""
+        from rlhf.pipeline.ppo.features.registry import extension_fields
+
+        ext, own = extension_fields(), {f.name for f in fields(cls)}
+        moved = {k: v for k, v in data.items() if k not in own and k in ext}
+        if not moved:
+            return data
+        for k, v in moved.items():
+            if not isinstance(v, ext[k].type) or (ext[k].type is int and isinstance(v, bool)):
+                raise ConfigError(f"ppo.{k} must be {ext[k].type.__name__}, got {v!r}")
+        rest = {k: v for k, v in data.items() if k not in moved}
+        return {**rest, "extra": tuple(sorted({**dict(rest.get("extra", ())), **moved}.items()))}
 
     def __post_init__(self) -> None:
         # YAML gives lists; keep the table hashable and immutable like the rest of the config
@@ -248,6 +290,12 @@ class PPOConfig:
             raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
         self._check_schedule()
         self._check_tiers()
+        if self.group_size < 1 or self.batch_size % self.group_size:
+            raise ConfigError(f"ppo.group_size ({self.group_size}) must be >= 1 and divide "
+                              f"ppo.batch_size ({self.batch_size})")
+        if self.advantage_estimator != "gae" and self.group_size < 2:
+            raise ConfigError(f"ppo.advantage_estimator {self.advantage_estimator} needs "
+                              f"ppo.group_size >= 2 samples of each prompt")
         for name in ("prune_run", "prune_calibration_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
@@ -328,44 +376,48 @@ class PPOConfig:
             raise ConfigError(f"ppo.schedule_explore_horizon must be >= 1 (steps), "
                               f"got {self.schedule_explore_horizon}")
 
-# The switches that make a run something other than plain PPO, with their plain-PPO values (the
-# PPOConfig defaults). `plain(cfg)` is the baseline arm of bench/economy.py; the README's PPO
-# section lists what params.yaml turns on. Diagnostics that never change an update
-# (gradnorm_diagnostics_on, debug_rollouts) are not among them.
-PLAIN_PPO: dict[str, object] = {
-    "critic": "full",
-    "reward_attention_on": False,
-    "lambda_eps_table_on": False,
-    "adaptive_clip_on": False,
-    "kl_warmup_on": False,
-    "collapse_detector_on": False,
-    "rollout_dropout_on": False,
-    "escalate_below": 0.0,
-    "escalate_score_quantile": 0.0,
-    "escalate_high_risk": False,
-    "escalate_uncertain": False,
-    "escalate_map": "none",
-    "human_labels_per_step": 0,
-    "route_budget_on": False,
-    "rm_gate_mask_on": False,
-    "rm_evolve_on": False,
-    "schedule_on": False,
-    "prune_on": False,
-    "resample_on": False,
-}
+def with_values(cfg: PPOConfig, **values) -> PPOConfig:
+    """`dataclasses.replace` that also sets registered extension keys (`PPOConfig.extra`)."""
+    return replace(cfg, **PPOConfig.split({**values, "extra": cfg.extra}))
+
+
+def __getattr__(name: str):
+    if name == "PLAIN_PPO":  # the switches that make a run something other than plain PPO
+        from rlhf.pipeline.ppo.features.registry import plain_values
+
+        return plain_values()
+    raise AttributeError(name)
 
 
 def plain(cfg: PPOConfig) -> PPOConfig:
     """`cfg` with every feature switch at its plain-PPO value (budget, sampling, learning rates
-    and the rest unchanged): the baseline every rollout-economy claim is a ratio against."""
-    from dataclasses import replace
+    and the rest unchanged): the baseline every rollout-economy claim is a ratio against.
+    Diagnostics that never change an update (gradnorm_diagnostics_on, debug_rollouts) are not
+    switches."""
+    from rlhf.pipeline.ppo.features.registry import plain_values
 
-    return replace(cfg, **PLAIN_PPO)
+    return with_values(cfg, **plain_values())
 
 
 def features_on(cfg: PPOConfig) -> dict[str, object]:
     """{switch: value} of the switches where `cfg` differs from plain PPO."""
-    return {k: getattr(cfg, k) for k, v in PLAIN_PPO.items() if getattr(cfg, k) != v}
+    from rlhf.pipeline.ppo.features.registry import plain_values
+
+    return {k: getattr(cfg, k) for k, v in plain_values().items() if getattr(cfg, k) != v}
+
+
+# the fields of the loop itself, owned by no feature (a test checks every field is one or the
+# other, so a feature cannot add a field without declaring it)
+CORE_FIELDS = (
+    "seed", "total_steps", "total_tokens", "batch_size", "mini_batch_size", "ppo_epochs",
+    "temperature", "top_p", "max_new_tokens", "max_prompt_tokens", "generation_timeout_s",
+    "learning_rate", "critic_learning_rate", "max_grad_norm", "gamma", "gae_lambda",
+    "advantage_estimator", "group_size", "clip_range", "clip_range_value", "whiten_advantages",
+    "kl_coef", "kl_estimator", "gradnorm_diagnostics_on", "gradnorm_reference_steps",
+    "gradnorm_shift_decades", "gradnorm_bimodal_separation", "critic_huber_delta",
+    "critic_kl_reg_coef", "checkpoint_every", "csv_every", "debug_rollouts",
+    "attn_implementation", "heldout_eval", "eval_seed", "sharding",
+    "gradient_accumulation_steps", "extra")
 
 
 def attn_implementation(requested: str = "auto") -> str:

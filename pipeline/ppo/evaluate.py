@@ -82,3 +82,20 @@ def escalated_rollouts(rollouts: str | Path, run_id: str) -> int:
 
     return sum(int(pc.sum(pc.equal(pq.read_table(p, columns=["tier"])["tier"], 2)).as_py() or 0)
                for _, _, p in run_shards(rollouts, run_id))
+
+
+def run_report(cfg, last: dict, policy: str | Path, out: str | Path, rollouts: str | Path,
+               run_id: str, heldout_store: str | Path | None = None, judge=None) -> dict:
+    """What `rlhf ppo` reports of a finished run: the six seed metrics of its last step, the
+    rollouts it used and escalated, and, with a judge and a held-out store, the held-out gold
+    of the SFT policy against the PPO policy (`compare`, sampled as PPO samples)."""
+    from rlhf.pipeline.ppo.generate import sampling_of
+    from rlhf.pipeline.ppo.records import CSV_COLUMNS
+
+    report = {"ppo": {k: last.get(k) for k in CSV_COLUMNS},
+              "rollouts": rollouts_used(rollouts, run_id),
+              "escalated_rollouts": escalated_rollouts(rollouts, run_id)}
+    if judge is not None and heldout_store is not None:
+        report["heldout"] = compare(policy, Path(out) / "policy", heldout_store, sampling_of(cfg),
+                                    cfg.eval_seed, judge)
+    return report

@@ -1,22 +1,29 @@
-"""The rollout seam: the four small protocols every rollout-economy feature plugs in through.
+"""The rollout seam: the protocols every rollout-economy feature plugs in through.
 
-A feature never edits the loop (trainer.py); it is one object implementing one of these, handed
-to `PPOTrainer(hooks=RolloutHooks(...))` by `hooks_for(cfg, ...)` when its `params.yaml` switch
-is on. Each hook has a unique `name` and `state_dict()` / `load_state_dict()`; the trainer saves
-every hook's state in the checkpoint generically, so a resumed run continues exactly.
+A feature never edits the loop (trainer.py). It is one module under `features/` that registers a
+`Feature` (features/__init__.py): its switch, the config fields it owns, the inputs it needs, the
+tables it writes and a `build(cfg, ctx)` that returns objects implementing these protocols. The
+trainer asks the registry for the hooks of the features `cfg` turns on; each hook has a unique
+`name` and `state_dict()` / `load_state_dict()`, which the trainer saves in every checkpoint, so
+a resumed run continues exactly.
 
 - `PromptGate` (before generation): sees the step's candidate prompts and keeps or skips each;
   the trainer refills the batch from the sampler until `batch_size x processes` prompts are
   kept, so every process trains on the same count. It must decide the same on every process
   (it sees the whole global batch, and its state only changes through observers).
-- `GenerationHook` (during generation): per-sequence logits processors and stopping criteria
-  (transformers objects) for one batch; a criterion that stops a row stops spending tokens on
-  it. After generation, `finish(rollout)` may flag rows (e.g. `pruned`, `valid=False`). A hook
-  with a `prepare(batch)` method is first told the batch's (prompt_id, text) pairs.
+- `GenerationHook` (during generation): `prepare(batch)` is told the batch's (prompt_id, text)
+  pairs; `processors` gives per-sequence logits processors and stopping criteria (transformers
+  objects) for one batch, and a criterion that stops a row stops spending tokens on it; after
+  generation, `finish(rollout)` may flag rows (e.g. `pruned`, `valid=False`).
 - `PostScoringHook` (after scoring): may re-score (escalate to a stronger scorer) or replace
-  samples (resample the bad part); it adds what it spends to the step's `StepCost`.
+  samples (resample the bad part) through the narrow `RolloutContext` (the scorers, the
+  generation engine, the event log, the run folder); it adds what it spends to the step's
+  `StepCost` (its own counters through `cost.count(name, n)`).
 - `StepObserver` (after the step): sees every finished step's rows of all processes and its
   metrics (reward history for schedulers, RM evolution).
+
+Every hook may write rows of its own tables (`table_rows(step)`: {table: rows}, the tables its
+feature declares). `HookBase` gives the methods a hook does not need their no-op defaults.
 
 The pattern is OpenRLHF's filter hook and TRL's `rollout_func` / callbacks, kept smaller.
 
@@ -25,7 +32,10 @@ The pattern is OpenRLHF's filter hook and TRL's `rollout_func` / callbacks, kept
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -37,6 +47,10 @@ class Hook(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def table_rows(self, step: int) -> dict[str, list[dict]]:
+        """{table: rows} this hook writes for `step` ({} for none); tables its feature declares."""
+        ...
+
 
 @runtime_checkable
 class PromptGate(Hook, Protocol):
@@ -47,6 +61,10 @@ class PromptGate(Hook, Protocol):
 
 @runtime_checkable
 class GenerationHook(Hook, Protocol):
+    def prepare(self, batch: list[tuple[str, str]]) -> None:
+        """Told the generation batch's (prompt_id, text) pairs before `processors`."""
+        ...
+
     def processors(self, step: int, batch_size: int) -> tuple[list, list]:
         """(logits processors, stopping criteria) for one generation batch of `batch_size`."""
         ...
@@ -56,11 +74,27 @@ class GenerationHook(Hook, Protocol):
         ...
 
 
+@dataclass
+class RolloutContext:
+    """What a post-scoring hook may use, and nothing else of the trainer: the config, the
+    tokenizer, the light and strong scorers, `generation()` (a context manager yielding the
+    policy ready to sample), `event(kind, **fields)` (events.jsonl), the run folder and the
+    current step."""
+    cfg: Any
+    tokenizer: Any
+    scorer: Any
+    strong_scorer: Any = None
+    generation: Callable[[], AbstractContextManager] | None = None
+    event: Callable[..., None] = lambda kind, **fields: None
+    out: Path | None = None
+    step: int = 0
+
+
 @runtime_checkable
 class PostScoringHook(Hook, Protocol):
-    def after_score(self, trainer, rollout, cost) -> None:
-        """May re-score or replace rows of `rollout` (the trainer's generation and scorers are
-        reachable through `trainer`); adds what it spends to `cost` (accounting.StepCost)."""
+    def after_score(self, ctx: RolloutContext, rollout, cost) -> None:
+        """May re-score or replace rows of `rollout` through `ctx`; adds what it spends to
+        `cost` (accounting.StepCost)."""
         ...
 
 
@@ -69,6 +103,27 @@ class StepObserver(Hook, Protocol):
     def observe(self, step: int, rows: list[dict], metrics: dict) -> None:
         """Every process's rollout rows of a finished step, and the step's metrics."""
         ...
+
+
+class HookBase:
+    """No-op defaults of the methods a hook does not need (state, tables, prepare, finish)."""
+
+    name = "hook"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def table_rows(self, step: int) -> dict[str, list[dict]]:
+        return {}
+
+    def prepare(self, batch: list[tuple[str, str]]) -> None:
+        pass
+
+    def finish(self, rollout) -> None:
+        pass
 
 
 @dataclass

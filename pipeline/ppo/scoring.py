@@ -244,3 +244,22 @@ def load_scorer(path: str | Path, name: str = "light_rm"):
                                 "config.json)")
     scorer.name, scorer.version = name, tree_hash(path)
     return scorer
+
+
+@torch.no_grad()
+def score_level1(scorer, r, cost, device) -> None:
+    """Level 1 of the scoring tiers: light-RM scores and confidences of every valid row into
+    `r.level1_*` and `r.scores` (a fallback row earns none); its calls go to `cost`."""
+    from rlhf.pipeline.ppo.accounting import rm_tokens
+
+    r.level1_scores = torch.zeros(len(r), dtype=torch.float32, device=device)
+    r.level1_confidence = torch.zeros(len(r), dtype=torch.float32, device=device)
+    ok = r.valid.nonzero().flatten().tolist()
+    if ok:
+        prompts, resps = [r.prompts[i] for i in ok], [r.responses[i] for i in ok]
+        scores, conf = scorer.score(prompts, resps)
+        cost.add_rm("light", len(ok), rm_tokens(scorer, prompts, resps))
+        r.level1_scores[ok] = torch.as_tensor(scores, dtype=torch.float32, device=device)
+        r.level1_confidence[ok] = torch.as_tensor(conf, dtype=torch.float32, device=device)
+    r.scores, r.confidence = r.level1_scores.clone(), r.level1_confidence.clone()
+    r.escalated = torch.zeros(len(r), dtype=torch.bool, device=device)

@@ -51,17 +51,15 @@ from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetecto
 from rlhf.pipeline.ppo.dist import Dist
 from rlhf.pipeline.ppo.generate import (FALLBACK_RESPONSE, forward_logprobs,  # noqa: F401
                                         generate_rollout, policy_logits)
-from rlhf.pipeline.ppo.hooks import RolloutHooks
+from rlhf.pipeline.ppo.features import FeatureContext, build_hooks, registry
+from rlhf.pipeline.ppo.hooks import RolloutContext, RolloutHooks
 from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
 from rlhf.pipeline.ppo.rollout import Rollout
-from rlhf.pipeline.ppo.sample_economy import EntropyStop, Resample
 from rlhf.store.io import write_text_atomic
 from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
                                         load_prompts, strata)
-from rlhf.pipeline.ppo.scheduler import PromptScheduler
 from rlhf.pipeline.ppo.schedules import KLController
-from rlhf.pipeline.ppo.rm_evolution import RMEvolution
-from rlhf.pipeline.ppo.tiers import Escalation, HumanQueue, RouteBudget, score_level1
+from rlhf.pipeline.ppo.scoring import score_level1
 from rlhf.pipeline.ppo.update import Learner
 from rlhf.store.hashing import content_hash, keys_for
 from rlhf.store.rollouts import run_folder
@@ -79,24 +77,26 @@ class RunPaths:
     checkpoint_table: Path | None = None  # the `checkpoints` table folder (None: not recorded)
     rm_scores: Path | None = None  # the `rm_scores` table folder (None: not recorded)
     train_metrics: Path | None = None  # the `train_metrics` table folder (None: not recorded)
-    schedule: Path | None = None  # the rollout scheduler's `schedule` table (None: not recorded)
-    human_labels: Path | None = None  # the human queue's `human_labels` table (None: not recorded)
+    # {table: folder} of the tables features declare (the scheduler's `schedule`, ...)
+    tables: dict[str, Path] = field(default_factory=dict)
     checkpoints: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out, self.rollouts = Path(self.out), Path(self.rollouts)
-        for name in ("checkpoint_table", "rm_scores", "train_metrics", "schedule",
-                     "human_labels"):
+        for name in ("checkpoint_table", "rm_scores", "train_metrics"):
             if getattr(self, name) is not None:
                 setattr(self, name, Path(getattr(self, name)))
+        unknown = sorted(set(self.tables) - set(registry.tables()))
+        if unknown:
+            raise ValueError(f"no registered feature writes table(s) {', '.join(unknown)}")
+        self.tables = {t: Path(f) for t, f in self.tables.items() if f is not None}
         self.checkpoints = self.out / "checkpoints"
 
     @property
     def step_tables(self) -> dict[str, Path]:
         """{table: folder} of the per-step tables this run writes (store/rollouts.py layout)."""
         tables = {"rollouts": self.rollouts, "rm_scores": self.rm_scores,
-                  "train_metrics": self.train_metrics, "schedule": self.schedule,
-                  "human_labels": self.human_labels}
+                  "train_metrics": self.train_metrics, **self.tables}
         return {t: folder for t, folder in tables.items() if folder is not None}
 
     @property
@@ -107,60 +107,27 @@ class RunPaths:
         """The id of the policy after `step` updates (rollouts carry it as `checkpoint_id`)."""
         return f"{self.run_id}/policy-{step:06d}"
 
+    def declare_tables(self, cfg: PPOConfig) -> None:
+        """Every feature table folder given exists, even when its feature is off; an off
+        feature's folder holds a note, not a shard (readers glob *.parquet; an empty declared
+        output is what DVC warns about at the end of every `dvc repro`)."""
+        for table, folder in self.tables.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            feature = registry.feature_of_table(table)
+            if not feature.on(cfg):
+                switch = " / ".join(f"ppo.{k}" for k in feature.switches)
+                write_text_atomic(folder / NO_ROWS, f"no rows: the {table} table is written "
+                                  f"only when {switch} is on\n")
 
-def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None,
-              tokenizer=None, light_scorer=None, score_map=None, routes=None,
-              annotators=None) -> RolloutHooks:
-    """The rollout hooks `cfg`'s switches turn on (none: plain PPO). `prompt_space`: (prompt
-    ids, embeddings, topic clusters) for the rollout scheduler (scheduler.load_prompt_space);
-    `tokenizer`: its eos / pad ids for entropy pruning; `light_scorer`: the RM RM evolution
-    fine-tunes; `score_map`: the strong-to-light map (reward/score_map.py); `routes`: Level 0's
-    {prompt_id: Route} (pipeline/router.py); `annotators`: (AnnotatorPool, start datetime) of
-    the human queue."""
-    gen, post, gates, observers = [], [], [], []
-    if cfg.route_budget_on:  # Level 0 (issue 15): each prompt's token budget
-        if routes is None:
-            raise ValueError("ppo.route_budget_on needs Level 0's routes (rlhf ppo --routes)")
-        gen.append(RouteBudget(routes, cfg.max_new_tokens))
-    scheduler = None
-    if cfg.schedule_on:  # built first: Level 2 reads its high-uncertainty clusters
-        if prompt_space is None:
-            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
-        scheduler = PromptScheduler(cfg, *prompt_space)
-    if cfg.prune_on:  # rollout economy I (issue 13): a generation and a post-scoring hook
-        gen.append(EntropyStop(cfg, getattr(tokenizer, "eos_token_id", None),
-                               getattr(tokenizer, "pad_token_id", None)))
-        post.append(gen[-1])
-    if cfg.resample_on:  # level three, before escalation (which then sees the final rows)
-        post.append(Resample(cfg))
-    if cfg.level2_on and strong_scorer is not None:  # Level 2 (issue 15)
-        if cfg.escalate_map == "fitted" and score_map is None:
-            raise ValueError("ppo.escalate_map fitted needs the reward stage's score map "
-                             "(score_map.json in the strong RM's folder)")
-        if cfg.escalate_high_risk and routes is None:
-            raise ValueError("ppo.escalate_high_risk needs Level 0's routes (rlhf ppo --routes)")
-        post.append(Escalation(strong_scorer, cfg,
-                               score_map if cfg.escalate_map == "fitted" else None, routes,
-                               scheduler.is_uncertain if scheduler is not None else None))
-    human = None
-    evolving_by_hand = cfg.rm_evolve_on and cfg.rm_label_source == "annotators"
-    if cfg.human_labels_per_step or evolving_by_hand:
-        if annotators is None:
-            raise ValueError("ppo.human_labels_per_step and ppo.rm_label_source annotators need "
-                             "the world's annotator pool (preferences.annotators; a user's own "
-                             "data has none)")
-        human = HumanQueue(cfg, *annotators)
-        post.append(human)
-    if cfg.rm_gate_mask_on or cfg.rm_evolve_on:  # after Level 2: it sees the final scores
-        if light_scorer is None:
-            raise ValueError("ppo.rm_gate_mask_on / rm_evolve_on need the light RM")
-        evo = RMEvolution(cfg, light_scorer, strong_scorer, score_map, human)
-        post.append(evo)
-        observers.append(evo)
-    if scheduler is not None:  # rollout economy II (issue 14): gate + observer, one object
-        gates.append(scheduler)
-        observers.append(scheduler)
-    return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers)
+
+def hooks_for(cfg: PPOConfig, strong_scorer=None, prompt_space=None, tokenizer=None,
+              light_scorer=None, score_map=None, routes=None, annotators=None) -> RolloutHooks:
+    """The hooks of the features `cfg` turns on, from already-loaded inputs (tests, library
+    use; `run` resolves them from paths): the registry builds them (features/registry.py)."""
+    objects = {"strong_reward": strong_scorer, "embeddings": prompt_space, "routes": routes,
+               "score_map": score_map, "annotators": annotators}
+    ctx = FeatureContext(cfg, objects=objects, tokenizer=tokenizer, light_scorer=light_scorer)
+    return build_hooks(cfg, ctx)
 
 
 class PPOTrainer:
@@ -207,6 +174,10 @@ class PPOTrainer:
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
         self.recorder = Recorder(cfg, paths, self.dist, scorer, strong_scorer)
+        # what post-scoring hooks may use of the trainer, and nothing else (hooks.py)
+        self.context = RolloutContext(cfg, tokenizer, scorer, strong_scorer,
+                                      generation=self.engines.policy.generation,
+                                      event=self.recorder.event, out=paths.out)
         self.learner = Learner(cfg, self.engines, self.dist, self.acc, self.kl_ctl,
                                self.collapse, self.gradmon, self.recorder.event)
         self.totals = Totals()  # the run's cumulative cost (accounting.py), checkpointed
@@ -241,7 +212,7 @@ class PPOTrainer:
 
     def step(self, step: int) -> dict:
         """One PPO step, top to bottom; returns its metrics (already logged)."""
-        self.current_step = self.recorder.current_step = step
+        self.current_step = self.recorder.current_step = self.context.step = step
         cost = StepCost()
         batch = self._my_share(self.select_prompts(step, cost))
         with cost.phase("generate"):
@@ -266,8 +237,7 @@ class PPOTrainer:
         for h in self.hooks.observers:
             h.observe(step, rows, metrics)
         for h in self.hooks.all():  # a hook's own per-step store rows (the `schedule` table)
-            if hasattr(h, "table_rows"):
-                self.recorder.write_rows(step, h.table_rows(step))
+            self.recorder.write_rows(step, h.table_rows(step))
         del r
         self._release_memory()
         return metrics
@@ -305,7 +275,7 @@ class PPOTrainer:
         cost = cost or StepCost()
         score_level1(self.scorer, r, cost, self.acc.device)
         for h in self.hooks.post_scoring:
-            h.after_score(self, r, cost)
+            h.after_score(self.context, r, cost)
 
     def forward_logprobs(self, r: Rollout, cost: StepCost | None = None) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
@@ -381,26 +351,19 @@ def annotator_pool(prefs_cfg):
 def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,
-        checkpoint_table: str | Path | None = None,
-        difficulty: str | Path | None = None, strong_reward: str | Path | None = None,
+        checkpoint_table: str | Path | None = None, difficulty: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
-        deepspeed_config: str | Path | None = None, embeddings: str | Path | None = None,
-        schedule: str | Path | None = None, probe=None, routes: str | Path | None = None,
-        human_labels: str | Path | None = None, annotators=None,
-        score_map: str | Path | None = None) -> dict:
+        deepspeed_config: str | Path | None = None, inputs: dict | None = None,
+        tables: dict | None = None, params: str | Path | None = None, probe=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
-    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs. With
-    `strong_reward` (an RM folder), rollouts below `cfg.escalate_below` light-RM confidence are
-    re-scored by it (Level 2). `rm_scores` / `train_metrics`: those tables' folders.
-    `embeddings` (a `pool_embeddings` table folder, the dedup stage's) is loaded once when
-    `cfg.schedule_on` (the rollout scheduler); its decisions go to the `schedule` folder.
-    `probe`: a post-scoring hook run after the config's (bench/economy_sample.py's measurement).
-    Issue 15: `routes` (Level 0's `routes` table folder, pipeline/router.py) for the token budget
-    and the high-risk trigger; the strong RM folder's score_map.json puts Level 2's scores on the
-    light scale; `annotators` ((AnnotatorPool, start), `annotator_pool`) label the human queue,
-    whose rows go to the `human_labels` folder."""
+    over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs.
+    `rm_scores` / `train_metrics` / `checkpoint_table`: those tables' folders. `inputs`: {input
+    key: path or loaded object} of what the features read (features/inputs.py: strong_reward,
+    embeddings, routes, score_map; `params` the params file the annotator pool comes from);
+    `tables`: {table: folder} of the feature tables (features' `Table`s). `probe`: a
+    post-scoring hook run after the config's (bench/economy_sample.py's measurement)."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -417,7 +380,6 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     policy = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     scorer = load_scorer(reward_path, name="light_rm")
-    strong = load_scorer(strong_reward, name="strong_rm") if strong_reward is not None else None
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:
@@ -426,44 +388,23 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         sampler = StratifiedPromptSampler(prompts, strata(prompts_path, difficulty),
                                           cfg.batch_size * PartialState().num_processes, cfg.seed)
     paths = RunPaths(Path(out), Path(rollouts), run_id or Path(out).name, checkpoint_table,
-                     rm_scores, train_metrics, schedule, human_labels)
-    space = None
-    if cfg.schedule_on:
-        if embeddings is None:
-            raise ValueError("ppo.schedule_on needs the pool's embeddings (rlhf ppo --embeddings)")
-        from rlhf.pipeline.ppo.scheduler import load_prompt_space
-
-        space = load_prompt_space(embeddings, prompts, prompts_path)
-    smap = None  # `score_map` (a score_map.json), else the strong RM folder's
-    if score_map is None and strong_reward is not None:
-        if (Path(strong_reward) / "score_map.json").is_file():
-            score_map = strong_reward
-    if score_map is not None:
-        from rlhf.pipeline.reward.score_map import ScoreMap
-
-        smap = ScoreMap.load(score_map)
-    route_table = None
-    if routes is not None:
-        from rlhf.pipeline.router import load_routes
-
-        route_table = load_routes(routes)
-    hooks = hooks_for(cfg, strong, space, tokenizer, light_scorer=scorer, score_map=smap,
-                      routes=route_table, annotators=annotators)
-    if probe is not None:
-        hooks = RolloutHooks(hooks.gates, hooks.generation, hooks.post_scoring + [probe],
-                             hooks.observers)
+                     rm_scores, train_metrics, dict(tables or {}))
+    given = {k: v for k, v in (inputs or {}).items() if v is not None}
+    strong_path = given.get("strong_reward")
+    if "score_map" not in given and isinstance(strong_path, str | Path) and \
+            (Path(strong_path) / "score_map.json").is_file():
+        given["score_map"] = strong_path  # the strong RM folder's own map
+    ctx = FeatureContext(cfg, {k: v for k, v in given.items() if isinstance(v, str | Path)},
+                         objects={k: v for k, v in given.items()
+                                  if not isinstance(v, str | Path)},
+                         tokenizer=tokenizer, light_scorer=scorer, prompts=prompts,
+                         prompts_path=prompts_path, params=Path(params) if params else None)
+    hooks = build_hooks(cfg, ctx, extra=[probe] if probe is not None else None)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
-                         strong_scorer=strong, deepspeed_config=deepspeed_config, hooks=hooks)
+                         strong_scorer=ctx.optional("strong_reward"),
+                         deepspeed_config=deepspeed_config, hooks=hooks)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
-        switch = {"schedule": "schedule_on", "human_labels": "human_labels_per_step"}
-        for table, folder in (("schedule", paths.schedule), ("human_labels", paths.human_labels)):
-            if folder is None:
-                continue
-            folder.mkdir(parents=True, exist_ok=True)  # declared outputs, even when off
-            if not getattr(cfg, switch[table]):  # a note, not a shard (readers glob *.parquet):
-                # an empty folder is what DVC warns about at the end of every `dvc repro`
-                write_text_atomic(folder / NO_ROWS, f"no rows: the {table} table is written "
-                                  f"only when ppo.{switch[table]} is on\n")
+        paths.declare_tables(cfg)
     return trainer.train(resume=resume)

@@ -44,6 +44,9 @@ import math
 
 import torch
 
+from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.ppo.hooks import HookBase
+
 LOG2 = math.log(2.0)
 
 
@@ -124,7 +127,7 @@ class _BatchState:
         self.seen: list[float] = []                # entropies of active tokens (calibration)
 
 
-class EntropyStop:
+class EntropyStop(HookBase):
     """Level two as a generation hook (and a post-scoring hook for the `failure` treatment and
     the pruned-row count). State: the calibrated threshold and the calibration sample."""
 
@@ -216,7 +219,7 @@ class EntropyStop:
                         r.valid[i] = False
         r.extras["pruned"] = pruned
 
-    def after_score(self, trainer, r, cost) -> None:
+    def after_score(self, ctx, r, cost) -> None:
         pruned = r.extras.get("pruned") or [False] * len(r)
         cost.count("rollouts_pruned", sum(pruned))
         if self.treatment != "failure" or not any(pruned):
@@ -281,7 +284,7 @@ def replace_rows(r, tok, rows: list[int], tokens: list[list[int]]) -> None:
     r.response, r.response_mask = resp.to(r.response.device), mask.to(r.response.device)
 
 
-class Resample:
+class Resample(HookBase):
     """Level three as a post-scoring hook. Stateless (one bounded round per step)."""
 
     name = "resample"
@@ -291,7 +294,7 @@ class Resample:
                                                      cfg.resample_max_share)
 
     @torch.no_grad()
-    def after_score(self, trainer, r, cost) -> None:
+    def after_score(self, ctx, r, cost) -> None:
         from rlhf.pipeline.ppo.accounting import rm_tokens
         from rlhf.pipeline.ppo.generate import sampling_of
 
@@ -302,7 +305,7 @@ class Resample:
         r.extras["resampled"] = [False] * len(r)
         if not rows:
             return
-        scorer, tok = trainer.scorer, trainer.tokenizer
+        scorer, tok = ctx.scorer, ctx.tokenizer
         old = [r.response[i][r.response_mask[i]].tolist() for i in rows]
         prompts, texts = [r.prompts[i] for i in rows], [r.responses[i] for i in rows]
         if hasattr(scorer, "token_scores"):
@@ -313,9 +316,9 @@ class Resample:
         else:
             cuts = [0] * len(rows)  # no per-token scores: regenerate the whole response
         prefixes = [t[:c] for t, c in zip(old, cuts)]
-        with trainer.engines.policy.generation() as model:
+        with ctx.generation() as model:
             model.eval()
-            cont = continue_from_prefix(model, tok, r, rows, prefixes, sampling_of(trainer.cfg),
+            cont = continue_from_prefix(model, tok, r, rows, prefixes, sampling_of(ctx.cfg),
                                         r.query.device)
         new_tokens = sum(len(c) for c in cont)
         cost.add_generated(new_tokens, len(rows))
@@ -347,3 +350,28 @@ class Resample:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+# --------------------------------------------------------------------------- the registry
+def _prune(cfg, ctx) -> list:
+    tok = ctx.tokenizer
+    return [EntropyStop(cfg, getattr(tok, "eos_token_id", None),
+                        getattr(tok, "pad_token_id", None))]
+
+
+PRUNE = register(Feature(
+    "entropy_prune", {"prune_on": False},
+    help="rollout economy I, level two: stop a sample after a run of low-information tokens "
+         "(seed 000 §3.1)",
+    params=("prune_rule", "prune_run", "prune_percentile", "prune_calibration_steps",
+            "prune_ngram", "prune_top_k", "prune_treatment"),
+    build=_prune, counters=("rollouts_pruned",), after=("route_budget",),
+    modules=("pipeline/ppo/features/sample_economy.py",)))
+RESAMPLE = register(Feature(
+    "resample", {"resample_on": False},
+    help="rollout economy I, level three: regenerate the bad part of a bad sample from its good "
+         "prefix (seed 000 §3.1)",
+    params=("resample_sigma", "resample_low_frac", "resample_max_share"),
+    build=lambda cfg, ctx: [Resample(cfg)],
+    counters=("rollouts_resampled", "tokens_regenerated"), after=("entropy_prune",),
+    modules=("pipeline/ppo/features/sample_economy.py",)))

@@ -21,7 +21,7 @@ and step observer, `RMEvolution`, on the trainer's seam:
 
 Every strong-RM and light-RM call the check makes is added to the step's cost.
 
-    python -c "from rlhf.pipeline.ppo.rm_evolution import relative_drop; print(relative_drop(0.8, 0.7))"
+    python -c "from rlhf.pipeline.ppo.features.rm_evolution import relative_drop; print(relative_drop(0.8, 0.7))"
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
 
 
@@ -47,7 +49,7 @@ def gate_mask(valid, confidence, escalated, gate: float) -> list[int]:
             if v and not e and c < gate]
 
 
-class RMEvolution:
+class RMEvolution(HookBase):
     name = "rm_evolution"
 
     def __init__(self, cfg, light, strong=None, score_map=None, human=None):
@@ -65,10 +67,10 @@ class RMEvolution:
         self.ids: dict[str, str] = {}  # prompt text -> prompt id (the human_labels rows)
 
     # ------------------------------------------------------------------ the hook
-    def after_score(self, trainer, r, cost: StepCost) -> None:
+    def after_score(self, ctx, r, cost: StepCost) -> None:
         cfg = self.cfg
-        self.out = Path(trainer.paths.out)
-        step = getattr(trainer, "current_step", 0)
+        self.out = Path(ctx.out)
+        step = ctx.step
         r.extras["rm_version"] = self.version  # who scored this batch (records.py)
         gate = float(getattr(self.light, "gate", None) or 0.6)
         low = gate_mask(r.valid.tolist(), r.confidence.tolist(), r.escalated.tolist(), gate)
@@ -84,7 +86,7 @@ class RMEvolution:
             -cfg.rm_check_samples:]
         due = step % cfg.rm_check_every == 0 or self.pending_refresh
         if cfg.rm_evolve_on and due and len(self.window) >= 4:
-            self.check(trainer, step, cost)
+            self.check(ctx, step, cost)
 
     def observe(self, step: int, rows: list[dict], metrics: dict) -> None:
         if self.cfg.rm_evolve_on and metrics.get("rm_refresh"):
@@ -136,7 +138,7 @@ class RMEvolution:
         cost.add_rm("light", len(prompts), rm_tokens(self.light, prompts, responses))
         return torch.as_tensor(s, dtype=torch.float32).cpu().tolist()
 
-    def check(self, trainer, step: int, cost: StepCost) -> None:
+    def check(self, ctx, step: int, cost: StepCost) -> None:
         from rlhf.pipeline.reward.onpolicy import spearman
 
         refresh, self.pending_refresh = self.pending_refresh, False
@@ -160,7 +162,7 @@ class RMEvolution:
             qlabels = self.labels(self.queue, cost)[0] if self.queue else []
             self.finetune(pairs + self.queue, labels + qlabels, step)
             rec.update(swapped=True, rm_version=self.version)
-            trainer.recorder.event("rm_swap", step=step, spearman=rho,
+            ctx.event("rm_swap", step=step, spearman=rho,
                                    reference=self.reference, drop=drop,
                                    reason="rm_refresh" if refresh else "spearman_drop",
                                    rm_version=self.version, trained_on=len(pairs) + len(self.queue))
@@ -220,3 +222,24 @@ class RMEvolution:
             if inner.memo is not None:
                 inner.memo.clear()
             self.light.version = state.get("version", self.version)
+
+
+# --------------------------------------------------------------------------- the registry
+def _build(cfg, ctx) -> list:
+    if ctx.light_scorer is None:
+        raise ValueError("ppo.rm_gate_mask_on / rm_evolve_on need the light RM")
+    human = ctx.built.get("human_queue", [None])[0]
+    smap = ctx.optional("score_map") if cfg.rm_evolve_on else None
+    strong = ctx.optional("strong_reward")
+    return [RMEvolution(cfg, ctx.light_scorer, strong, smap, human)]
+
+
+FEATURE = register(Feature(
+    "rm_evolution", {"rm_gate_mask_on": False, "rm_evolve_on": False},
+    help="the light RM that evolves: a confidence-gate loss mask, Spearman checks and fine-tunes "
+         "(seed 000 §3.4, §5.1)",
+    params=("rm_label_source", "rm_check_every", "rm_check_samples", "rm_drop", "rm_queue_max",
+            "rm_finetune_epochs", "rm_finetune_lr"),
+    build=_build, inputs={"strong_reward": ("rm_evolve_on",), "score_map": ("rm_evolve_on",)},
+    after=("escalation", "human_queue"),
+    modules=("pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py")))

@@ -7,7 +7,7 @@ the reward stage's score map, and sends a few of them to the human queue.
 A fallback rollout (timeout, generation error) earns no score: its reward is 0 with no gradient,
 and the store keeps a null reward for it (pipeline/ppo/records.py).
 
-    python -c "from rlhf.pipeline.ppo.tiers import escalation_triggers as t; \
+    python -c "from rlhf.pipeline.ppo.features.tiers import escalation_triggers as t; \
 print(t([True, True], [0.1, -2.0], [0.9, 0.3], 0.6, -1.0, None, None))"
 """
 
@@ -15,23 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from rlhf.pipeline.ppo.features.registry import Feature, Table, register
+from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
-
-
-@torch.no_grad()
-def score_level1(scorer, r, cost: StepCost, device) -> None:
-    """Light-RM scores and confidences of every valid row into `r.level1_*`, `r.scores`."""
-    r.level1_scores = torch.zeros(len(r), dtype=torch.float32, device=device)
-    r.level1_confidence = torch.zeros(len(r), dtype=torch.float32, device=device)
-    ok = r.valid.nonzero().flatten().tolist()
-    if ok:
-        prompts, resps = [r.prompts[i] for i in ok], [r.responses[i] for i in ok]
-        scores, conf = scorer.score(prompts, resps)
-        cost.add_rm("light", len(ok), rm_tokens(scorer, prompts, resps))
-        r.level1_scores[ok] = torch.as_tensor(scores, dtype=torch.float32, device=device)
-        r.level1_confidence[ok] = torch.as_tensor(conf, dtype=torch.float32, device=device)
-    r.scores, r.confidence = r.level1_scores.clone(), r.level1_confidence.clone()
-    r.escalated = torch.zeros(len(r), dtype=torch.bool, device=device)
 
 
 TRIGGERS = ("confidence", "low_score", "high_risk", "uncertain_cluster")
@@ -70,7 +56,7 @@ def capped(triggered: list[list[str]], scores, max_share: float) -> list[int]:
     return rows
 
 
-class Escalation:
+class Escalation(HookBase):
     """Level 2: a valid rollout that meets a trigger (`escalation_triggers`) is re-scored by the
     strong scorer, whose score (through `score_map` onto the light scale, when given) and
     confidence PPO then uses. Its state: the recent Level-1 scores the low-score quantile is
@@ -97,7 +83,7 @@ class Escalation:
         return float(np.quantile(pooled, q)) if pooled else None
 
     @torch.no_grad()
-    def after_score(self, trainer, r, cost: StepCost) -> None:
+    def after_score(self, ctx, r, cost: StepCost) -> None:
         cfg = self.cfg
         risk = ([bool(getattr(self.routes.get(p), "high_risk", False)) for p in r.prompt_ids]
                 if cfg.escalate_high_risk and self.routes is not None else None)
@@ -131,7 +117,7 @@ class Escalation:
         self.history = [list(map(float, h)) for h in state.get("history", [])]
 
 
-class HumanQueue:
+class HumanQueue(HookBase):
     """The human queue (issue 15): up to `human_labels_per_step` escalated samples a step, the
     lowest light scores first, are labelled by the annotator pool (the world's stand-in for
     human annotation: gold plus noise, bias and drift) at a simulated time that advances
@@ -147,8 +133,8 @@ class HumanQueue:
         self.labels: list[dict] = []  # {prompt, response, score, annotator_id, step}
         self._rows: list[dict] = []
 
-    def after_score(self, trainer, r, cost: StepCost) -> None:
-        step = getattr(trainer, "current_step", 0)
+    def after_score(self, ctx, r, cost: StepCost) -> None:
+        step = ctx.step
         chosen = r.escalated.nonzero().flatten().tolist()
         chosen = sorted(chosen, key=lambda i: (float(r.level1_scores[i]), i))
         self._rows = []
@@ -191,7 +177,7 @@ class HumanQueue:
         self.labels = list(state.get("labels", []))
 
 
-class RouteBudget:
+class RouteBudget(HookBase):
     """Level 0's token budget (issue 15): each row stops at its prompt's route `max_new_tokens`
     (prompts without a route: ppo.max_new_tokens). A generation hook; `prepare(batch)` tells it
     the batch's prompt ids before `processors`."""
@@ -235,3 +221,56 @@ class RouteBudget:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+# --------------------------------------------------------------------------- the registry
+def _route_budget(cfg, ctx) -> list:
+    return [RouteBudget(ctx.get("routes", "ppo.route_budget_on"), cfg.max_new_tokens)]
+
+
+def _escalation(cfg, ctx) -> list:
+    strong = ctx.optional("strong_reward")
+    if strong is None:  # no strong RM: Level 1 only
+        return []
+    smap = None
+    if cfg.escalate_map == "fitted":
+        smap = ctx.optional("score_map")
+        if smap is None:
+            raise ValueError("ppo.escalate_map fitted needs the reward stage's score map "
+                             "(score_map.json in the strong RM's folder)")
+    routes = ctx.get("routes", "ppo.escalate_high_risk") if cfg.escalate_high_risk else None
+    scheduler = ctx.built.get("prompt_scheduler", [None])[0]
+    return [Escalation(strong, cfg, smap, routes,
+                       scheduler.is_uncertain if scheduler is not None else None)]
+
+
+def _human_queue(cfg, ctx) -> list:
+    return [HumanQueue(cfg, *ctx.get("annotators", "ppo.human_labels_per_step and "
+                                                   "ppo.rm_label_source annotators"))]
+
+
+ROUTE_BUDGET = register(Feature(
+    "route_budget", {"route_budget_on": False},
+    help="Level 0: generate at most the route's token budget for each prompt (seed 001 §4.1)",
+    build=_route_budget, inputs={"routes": ()}, modules=("pipeline/ppo/features/tiers.py",
+                                                         "pipeline/router.py")))
+ESCALATION = register(Feature(
+    "escalation", {"escalate_below": 0.0, "escalate_score_quantile": 0.0,
+                   "escalate_high_risk": False, "escalate_uncertain": False,
+                   "escalate_map": "none"},
+    help="Level 2: re-score the rollouts a trigger picks with the strong RM (seed 001 §4.1)",
+    params=("escalate_window", "escalate_max_share"), build=_escalation,
+    inputs={"strong_reward": ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
+                              "escalate_uncertain"),
+            "score_map": ("escalate_map",), "routes": ("escalate_high_risk",)},
+    after=("prompt_scheduler", "resample"), active=lambda cfg: cfg.level2_on,
+    modules=("pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py")))
+HUMAN_QUEUE = register(Feature(
+    "human_queue", {"human_labels_per_step": 0},
+    help="the human queue: the annotator pool labels a few Level-2 samples a step",
+    build=_human_queue, inputs={"annotators": ()},
+    tables=(Table("human_labels", "the human queue's annotator labels (rlhf audit annotators)"),),
+    after=("escalation",),
+    active=lambda cfg: cfg.human_labels_per_step > 0 or (
+        cfg.rm_evolve_on and cfg.rm_label_source == "annotators"),
+    modules=("pipeline/ppo/features/tiers.py", "pipeline/world/annotators.py")))

@@ -39,7 +39,7 @@ Every decision becomes a `schedule` row (store/schemas.py) through the trainer's
 a candidate the gate kept but the batch did not need (the refill's last draw overshoots) is
 recorded as `unused`.
 
-    python -c "from rlhf.pipeline.ppo.scheduler import explore_probability as p; print(p(10, 0.05, 50))"
+    python -c "from rlhf.pipeline.ppo.features.scheduler import explore_probability as p; print(p(10, 0.05, 50))"
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+
+from rlhf.pipeline.ppo.features.registry import Feature, Table, register
+from rlhf.pipeline.ppo.hooks import HookBase
 
 NAME = "prompt_scheduler"
 
@@ -65,7 +68,7 @@ def uniform(seed: int, step: int, prompt_id: str) -> float:
     return int.from_bytes(h[:8], "big") / 2.0 ** 64
 
 
-class PromptScheduler:
+class PromptScheduler(HookBase):
     """Prompt gate + step observer: skip prompts whose neighbours' rewards stopped varying.
 
     `prompt_ids` / `embeddings`: the pool's prompt space (rows L2-normalised; from the dedup
@@ -240,3 +243,20 @@ def load_prompt_space(embeddings: str, prompts: list[tuple[str, str]],
         clusters = {r["prompt_id"]: int(r["topic_cluster"]) for r in
                     read_table("pool", pool).select(["prompt_id", "topic_cluster"]).to_pylist()}
     return [p for p, _ in prompts], x[keep], clusters
+
+
+# --------------------------------------------------------------------------- the registry
+def _build(cfg, ctx) -> list:
+    return [PromptScheduler(cfg, *ctx.get("embeddings", "ppo.schedule_on"))]
+
+
+FEATURE = register(Feature(
+    NAME, {"schedule_on": False},
+    help="rollout economy II: skip prompts whose neighbourhood's rewards stopped varying "
+         "(seed 001 §4.3)",
+    params=("schedule_neighbours", "schedule_min_low", "schedule_low", "schedule_high",
+            "schedule_scale", "schedule_window", "schedule_explore_base",
+            "schedule_explore_horizon"),
+    build=_build, inputs={"embeddings": ()},
+    tables=(Table("schedule", "every rollout-scheduler decision (rlhf audit schedule)"),),
+    modules=("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py")))

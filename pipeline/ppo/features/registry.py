@@ -1,0 +1,237 @@
+"""The feature registry: every rollout-economy feature declares itself here, once.
+
+A `Feature` names its switch(es) and their plain-PPO (off) values, the other `PPOConfig` fields it
+owns, the inputs it reads (a declared artifact such as the pool's embeddings, resolved by a
+`FeatureContext`, never by a new `trainer.run` argument), the tables it writes, the counters it
+adds to `StepCost`, the features it must come after, and `build(cfg, ctx)`, which returns its
+hooks (hooks.py protocols). A feature that acts inside the loop's math (the λ-ε table, adaptive
+clip, the light critic) has no `build`: it is registered so that its switch is one of plain
+PPO's and the benchmark knows its code.
+
+Everything that used to be kept by hand derives from the registry: the hooks the trainer runs
+(`build_hooks`), `PLAIN_PPO` (`plain_values`), the `rlhf ppo` options of feature inputs and
+tables (cli/ppo.py), the trainer's table folders, and the benchmark's "which inputs does this
+arm read" (`input_switches`). Adding a feature is one module with one `register(Feature(...))`
+call (+ its tests); trainer.py does not change.
+
+    python -c "from rlhf.pipeline.ppo.features import FEATURES; print(list(FEATURES))"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlhf.pipeline.ppo.hooks import GenerationHook, PostScoringHook, PromptGate, RolloutHooks, \
+    StepObserver
+
+
+@dataclass(frozen=True)
+class Input:
+    """An artifact features read: `rlhf ppo --<key> PATH` (or, `from_params`, a section of the
+    params file), turned into the object features use by `load(ctx, path)`."""
+    key: str
+    help: str
+    load: Callable[[FeatureContext, Path | None], Any]
+    from_params: bool = False  # no path option: `load` reads ctx.params
+
+    @property
+    def option(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A store table a feature writes through the trainer's step writer (`rlhf ppo --<name>`)."""
+    name: str
+    help: str
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """A `ppo:` key of a feature defined outside `PPOConfig` (its switch or a parameter)."""
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    switches: Mapping[str, Any]  # PPOConfig field -> its plain-PPO (off) value
+    help: str = ""
+    params: tuple[str, ...] = ()  # other PPOConfig fields it owns
+    build: Callable[[Any, FeatureContext], list] | None = None  # its hooks; None: in the loop
+    inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # key -> switches ((): all)
+    tables: tuple[Table, ...] = ()
+    counters: tuple[str, ...] = ()  # the StepCost.count names it adds
+    after: tuple[str, ...] = ()  # features whose hooks come first (and are in ctx.built)
+    modules: tuple[str, ...] = ()  # its code, repository paths (benchmark dependencies)
+    fields: tuple[ConfigField, ...] = ()  # its keys that PPOConfig does not declare
+    active: Callable[[Any], bool] | None = None  # on-rule, else "a switch is off its plain value"
+
+    def on(self, cfg) -> bool:
+        if self.active is not None:
+            return bool(self.active(cfg))
+        return any(getattr(cfg, k) != v for k, v in self.switches.items())
+
+    def owned(self) -> tuple[str, ...]:
+        return tuple(self.switches) + self.params + tuple(f.name for f in self.fields)
+
+
+FEATURES: dict[str, Feature] = {}
+INPUTS: dict[str, Input] = {}
+
+
+def register(feature: Feature) -> Feature:
+    """Add `feature` (a name, switch or owned field already registered is an error)."""
+    if feature.name in FEATURES:
+        raise ValueError(f"a feature named {feature.name!r} is already registered")
+    taken = {k: f.name for f in FEATURES.values() for k in f.owned()}
+    clash = sorted(k for k in feature.owned() if k in taken)
+    if clash:
+        raise ValueError(f"feature {feature.name!r}: ppo key(s) {', '.join(clash)} already "
+                         f"belong to {', '.join(sorted({taken[k] for k in clash}))}")
+    unknown = sorted(set(feature.inputs) - set(INPUTS))
+    if unknown:
+        raise ValueError(f"feature {feature.name!r} reads unregistered input(s) {unknown}")
+    FEATURES[feature.name] = feature
+    return feature
+
+
+def unregister(name: str) -> None:
+    """Remove a feature (tests that register a toy one clean up with it)."""
+    FEATURES.pop(name, None)
+
+
+def register_input(inp: Input) -> Input:
+    INPUTS.setdefault(inp.key, inp)
+    return INPUTS[inp.key]
+
+
+def ordered(features: Mapping[str, Feature] | None = None) -> list[Feature]:
+    """Features in build order: registration order, each after the features it names."""
+    features = FEATURES if features is None else features
+    out: list[Feature] = []
+    done: set[str] = set()
+
+    def visit(f: Feature, path: tuple[str, ...]) -> None:
+        if f.name in done:
+            return
+        if f.name in path:
+            raise ValueError(f"feature order has a cycle: {' -> '.join(path + (f.name,))}")
+        for a in f.after:
+            if a in features:
+                visit(features[a], path + (f.name,))
+        done.add(f.name)
+        out.append(f)
+
+    for f in features.values():
+        visit(f, ())
+    return out
+
+
+# --------------------------------------------------------------------------- derived views
+def plain_values() -> dict[str, Any]:
+    """{switch: plain-PPO value} of every registered feature (config.PLAIN_PPO)."""
+    return {k: v for f in ordered() for k, v in f.switches.items()}
+
+
+def extension_fields() -> dict[str, ConfigField]:
+    """The `ppo:` keys registered features add to PPOConfig's own."""
+    return {c.name: c for f in FEATURES.values() for c in f.fields}
+
+
+def input_switches() -> dict[str, tuple[str, ...]]:
+    """{input key: the switches that read it} (bench/economy.py's `reads`)."""
+    out: dict[str, list[str]] = {}
+    for f in ordered():
+        for key, switches in f.inputs.items():
+            out.setdefault(key, []).extend(switches or tuple(f.switches))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def tables() -> dict[str, Table]:
+    return {t.name: t for f in ordered() for t in f.tables}
+
+
+def feature_of_table(name: str) -> Feature:
+    return next(f for f in FEATURES.values() if any(t.name == name for t in f.tables))
+
+
+def on(cfg) -> list[Feature]:
+    return [f for f in ordered() if f.on(cfg)]
+
+
+# --------------------------------------------------------------------------- inputs, hooks
+class FeatureContext:
+    """Resolves the inputs features ask for: from loaded `objects` (tests, benchmarks), else by
+    loading the file at `paths[key]` once. Also what every feature may use: the config, the
+    tokenizer, the light scorer, the prompts, the params file, and `built` (the hooks of the
+    features built before, by name)."""
+
+    def __init__(self, cfg, paths: Mapping[str, Path | str | None] | None = None, *,
+                 objects: Mapping[str, Any] | None = None, tokenizer=None, light_scorer=None,
+                 prompts=None, prompts_path=None, params: Path | None = None):
+        self.cfg, self.tokenizer, self.light_scorer = cfg, tokenizer, light_scorer
+        self.prompts, self.prompts_path, self.params = prompts, prompts_path, params
+        self.paths = {k: Path(v) for k, v in (paths or {}).items() if v is not None}
+        self.objects = {k: v for k, v in (objects or {}).items() if v is not None}
+        self.built: dict[str, list] = {}
+
+    def has(self, key: str) -> bool:
+        return key in self.objects or key in self.paths or (
+            key in INPUTS and INPUTS[key].from_params and self.params is not None)
+
+    def optional(self, key: str):
+        """The input, or None when it was not given."""
+        if key in self.objects:
+            return self.objects[key]
+        if not self.has(key):
+            return None
+        self.objects[key] = INPUTS[key].load(self, self.paths.get(key))
+        return self.objects[key]
+
+    def get(self, key: str, needed_by: str):
+        """The input; a one-line error naming the option when it was not given."""
+        value = self.optional(key)
+        if value is None:
+            inp = INPUTS[key]
+            where = "the params file" if inp.from_params else f"rlhf ppo {inp.option}"
+            raise ValueError(f"{needed_by} needs {inp.help} ({where})")
+        return value
+
+
+def build_hooks(cfg, ctx: FeatureContext, extra: list | None = None) -> RolloutHooks:
+    """The hooks of every feature `cfg` turns on, in feature order, sorted into the four
+    protocols (one object may implement several); `extra` hooks (a benchmark's probe) last."""
+    gates, gen, post, observers = [], [], [], []
+    for f in on(cfg):
+        if f.build is None:
+            continue
+        ctx.built[f.name] = hooks = list(f.build(cfg, ctx))
+        for h in hooks:
+            _sort(h, gates, gen, post, observers)
+    for h in extra or []:
+        _sort(h, gates, gen, post, observers)
+    return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers)
+
+
+def _sort(h, gates, gen, post, observers) -> None:
+    kinds = ((PromptGate, gates), (GenerationHook, gen), (PostScoringHook, post),
+             (StepObserver, observers))
+    hit = False
+    for proto, bucket in kinds:
+        if isinstance(h, proto):
+            bucket.append(h)
+            hit = True
+    if not hit:
+        raise TypeError(f"{type(h).__name__} implements none of the rollout protocols "
+                        f"(hooks.py: PromptGate, GenerationHook, PostScoringHook, StepObserver)")
