@@ -182,6 +182,8 @@ class PPOTrainer:
         self.learner = Learner(cfg, self.engines, self.dist, self.acc, self.kl_ctl,
                                self.collapse, self.gradmon, self.recorder.event)
         self.totals = Totals()  # the run's cumulative cost (accounting.py), checkpointed
+        # the counters of the features on, in every step's metrics from the first (0 until used)
+        self.counters = [c for f in registry.on(cfg) for c in f.counters]
         self.parent_checkpoint: str | None = None  # null parent: the run starts from SFT
         self.data_version = content_hash("\n".join(sorted(p[0] for p in prompts)))
         # distinct prompt ids must get distinct prompt_keys (store/hashing.py): ValueError if not
@@ -214,7 +216,7 @@ class PPOTrainer:
     def step(self, step: int) -> dict:
         """One PPO step, top to bottom; returns its metrics (already logged)."""
         self.current_step = self.recorder.current_step = self.context.step = step
-        cost = StepCost()
+        cost = StepCost(features=dict.fromkeys(self.counters, 0))  # every declared counter
         batch = self._my_share(self.select_prompts(step, cost))
         with cost.phase("generate"):
             r = self.generate(batch, self.paths.checkpoint_id(step - 1), step, cost)
