@@ -33,13 +33,13 @@ def test_take_and_cat_repad_queries_and_responses():
 
 
 class FlatForCats:
-    """Reward 1 for every response to a prompt about a cat (a flat group), else word share."""
+    """Reward 1 for every response to a prompt about a cat or a dog (a flat group), else word share."""
 
     name = "flat_for_cats"
 
     def score(self, prompts, responses):
         words = ppo_tiny.WordScorer().score(prompts, responses)[0]
-        r = [1.0 if "cat" in p else float(w) + 0.01 * len(x) for p, x, w in
+        r = [1.0 if ("cat" in p or "dog" in p) else float(w) + 0.01 * len(x) for p, x, w in
              zip(prompts, responses, words)]
         return torch.tensor(r), torch.ones(len(r))
 
