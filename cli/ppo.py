@@ -114,7 +114,7 @@ def ppo(
 
         if not PartialState().is_main_process:
             return
-        from rlhf.pipeline.ppo.evaluate import compare, escalated_rollouts, rollouts_used
+        from rlhf.pipeline.ppo.heldout_gold import compare, escalated_rollouts, rollouts_used
 
         from rlhf.pipeline.ppo.records import CSV_COLUMNS
 
