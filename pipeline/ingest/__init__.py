@@ -24,6 +24,7 @@ Row formats (one adapter per format, chosen per row by its keys):
 The public formats are open datasets: they carry a human preference or curation (hh-rlhf's binary
 choice, OpenAssistant's review and ranking, MT-bench's hand-written questions) but no per-row
 score, so they get `adapter_preference_score`.
+
 The package, one concern per module: `readers` (files -> Records), `adapters` (a row format ->
 the Record's text, provenance and pairs; source trust), `filters` (one class per content rule,
 keep or drop with a reason; `detectors` holds their pure text predicates), `stage` (batches,

@@ -212,4 +212,3 @@ def adapt(rec: Record, obj: Any, cfg: IngestConfig) -> None:
         adapt_oasst(rec, obj, cfg)
     else:
         adapt_generic(rec, obj, cfg)
-

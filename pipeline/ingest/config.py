@@ -80,4 +80,3 @@ class IngestConfig:
 
 class IngestError(ValueError):
     """Bad invocation (missing source path, nothing to read): the CLI prints it, no traceback."""
-

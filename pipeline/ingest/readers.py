@@ -193,4 +193,3 @@ READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "datasets": read_hf_dat
 def iter_records(sources: Iterable[Source], cfg: IngestConfig) -> Iterator[Record]:
     for src in sources:
         yield from READERS[src.kind](src.path, src.name, cfg)
-

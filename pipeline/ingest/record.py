@@ -28,4 +28,3 @@ class Record:
         assert code in REASON_CODES, code
         if code not in self.reasons:
             self.reasons.append(code)
-

@@ -24,6 +24,7 @@ only the held-out gold RM (`rlhf judge`, pipeline/judges.py) trains on them.
 
     rlhf preferences --labels-from artifacts/store --queue data/queue.jsonl \
         --out artifacts/store/preferences --rejected-out artifacts/store/rejected_labels
+
 The package, one concern per module: `simulated` (annotator mode: sample, annotate, `run`),
 `human` (human-label mode: `run_human`), `external` (hh-rlhf / OpenAssistant rankings of the
 real-data folder), `prompts` (which prompts), `pairs` (rankings -> pairs), `config`.
