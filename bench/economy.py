@@ -17,7 +17,7 @@ Every arm x seed trains with the same budget: `--steps` PPO steps of `batch_size
 most `--tokens` generated tokens (default: steps x batch_size x max_new_tokens, the most `steps`
 PPO steps can generate; the peers stop there, our trainer only at `--steps` until its config has
 a token budget, and no comparison goes past it). Its saved checkpoints are scored by the gold judge on the held-out
-prompts (pipeline/eval_prompts.py) by `rlhf.pipeline.ppo.evaluate.gold_eval`, sampled as PPO
+prompts (pipeline/heldout_prompts.py) by `rlhf.pipeline.ppo.heldout_gold.gold_eval`, sampled as PPO
 samples (`sampling_of`) with ppo.eval_seed for every policy, the SFT policy being the point at 0
 tokens; curves are
 interpolated on cumulative generated tokens. Each arm x seed is one subprocess with one torch
@@ -183,7 +183,7 @@ def prepare(args) -> dict:
         base = replace(base, **QUICK_PPO)
         strong = None
     else:
-        from rlhf.pipeline.eval_prompts import held_out_prompts
+        from rlhf.pipeline.heldout_prompts import held_out_prompts
 
         a = args.artifacts
         src = {"sft": a / "models" / "sft", "rm_light": a / "models" / "rm_light",
@@ -413,7 +413,7 @@ def gold_of(policy_folder: Path, setup: dict) -> dict:
     """Held-out gold; with the setup's difficulty buckets also `by_bucket` (gold mean and count
     per bucket of the held-out prompts: is the hard tail learning too?)."""
     from rlhf.pipeline.generation import Sampling
-    from rlhf.pipeline.ppo.evaluate import gold_eval
+    from rlhf.pipeline.ppo.heldout_gold import gold_eval
 
     e = setup["eval"]
     sampling = Sampling(e["temperature"], e["top_p"], e["max_new_tokens"])

@@ -54,7 +54,7 @@ def build_world(root: Path, sft: Path | None) -> dict:
     if sft is not None and (sft / "config.json").is_file():
         tok = AutoTokenizer.from_pretrained(str(sft))
         config = AutoConfig.from_pretrained(str(sft))
-        from rlhf.pipeline.eval_prompts import held_out_prompts
+        from rlhf.pipeline.heldout_prompts import held_out_prompts
 
         texts = [t for _, t in held_out_prompts(sft.parent.parent / "store")][:N_PROMPTS]
     else:

@@ -81,7 +81,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     judge = None
     if heldout_store is not None and cfg.heldout_eval:  # before training: a bad judge fails fast
         judge = judge_or_fail(params, judge_model)
-    from rlhf.pipeline.ppo.evaluate import run_report
+    from rlhf.pipeline.ppo.heldout_gold import run_report
     from rlhf.pipeline.ppo.trainer import run
 
     try:

@@ -35,7 +35,7 @@ SECTIONS: dict[str, str] = {
     "reward": "rlhf.pipeline.reward.stage:RewardConfig",
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
     "router": "rlhf.pipeline.router:RouterConfig",
-    "eval": "rlhf.pipeline.eval:EvalConfig",
+    "eval": "rlhf.pipeline.checkpoint_eval:EvalConfig",
     "judge": "rlhf.pipeline.judges:JudgeConfig",
     "demos": "rlhf.pipeline.demos:DemosConfig",
 }

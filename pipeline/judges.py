@@ -7,7 +7,7 @@ the `judge:` section of params.yaml:
   (`pipeline/world/judge.gold_score`, 0-5). Meaningful only on the world's own prompts.
 - `heldout_rm`: a held-out gold RM (Gao et al. 2022, "Scaling laws for reward model
   overoptimization": the gold RM is trained on labels the proxy RMs never see). `rlhf judge`
-  trains it on the `gold` split of the human preference labels (pipeline/preferences.py puts
+  trains it on the `gold` split of the human preference labels (pipeline/preferences/ puts
   `preferences.gold_fraction` of the labelled prompts there; the reward stage trains only on
   `train` and calibrates on `heldout`, PPO never reads labels), and the stages that judge take
   its folder from `--judge-model` in dvc.yaml.

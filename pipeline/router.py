@@ -306,13 +306,29 @@ def _evaluate(cfg: RouterConfig, x: np.ndarray, buckets: list[str], risk: list[b
     return out
 
 
-def run(cfg: RouterConfig, pool_dir: str | Path, embeddings_dir: str | Path,
-        difficulty_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
-        topics_path: str | Path | None = None) -> dict[str, Any]:
-    """The `route` stage: fit on the train split, report on the held-out one, route every pool
-    prompt, write the `routes` table and the router."""
+@dataclass(frozen=True)
+class RouteInputs:
+    """The prompts that have a pool row, an embedding and a difficulty row, aligned, with their
+    labels and their train / held-out split."""
+
+    ids: list[str]
+    x: np.ndarray  # (n, d) float64 unit embeddings
+    buckets: list[str]  # complexity labels (difficulty bucket)
+    scores: list[float]  # difficulty scores
+    pool_splits: list[str]  # the pool's own split (reward / ppo / eval)
+    topics: list[str | None] | None  # None: no --topics
+    risk: list[bool] | None  # high-risk labels; None: no --topics
+    split: list[str]  # router split per prompt (train / held_out)
+    held: np.ndarray  # (n,) bool, split == held_out
+    model_id: str  # the encoder of the embeddings
+
+
+def load_inputs(cfg: RouterConfig, pool_dir: str | Path, embeddings_dir: str | Path,
+                difficulty_dir: str | Path, topics_path: str | Path | None) -> RouteInputs:
+    """Read and align the stage's tables; a clear error when too few prompts remain or the
+    hashed split leaves a side empty."""
     from rlhf.pipeline.dedup import load_pool_embeddings
-    from rlhf.store.io import read_table, staged_folders, write_shard
+    from rlhf.store.io import read_table
 
     pool = {r["prompt_id"]: r for r in read_table("pool", pool_dir).select(
         ["prompt_id", "text", "split"]).to_pylist()}
@@ -325,8 +341,6 @@ def run(cfg: RouterConfig, pool_dir: str | Path, embeddings_dir: str | Path,
         raise ValueError(f"{len(keep)} prompts have a pool row, an embedding and a difficulty "
                          "row: nothing to train on")
     ids = [ids[i] for i in keep]
-    x = emb[keep].astype(np.float64)
-    buckets = [diff[p]["bucket"] for p in ids]
     texts = [pool[p]["text"] for p in ids]
     topics, risk = topic_labels(texts, topics_path) if topics_path else (None, None)
     split = [router_split(p, cfg) for p in ids]
@@ -334,99 +348,147 @@ def run(cfg: RouterConfig, pool_dir: str | Path, embeddings_dir: str | Path,
     if held.all() or not held.any():
         raise ValueError(f"the hashed split put all {len(ids)} prompts on one side "
                          "(router.held_out_fraction)")
+    return RouteInputs(ids=ids, x=emb[keep].astype(np.float64),
+                       buckets=[diff[p]["bucket"] for p in ids],
+                       scores=[float(diff[p]["score"]) for p in ids],
+                       pool_splits=[pool[p]["split"] for p in ids], topics=topics, risk=risk,
+                       split=split, held=held, model_id=model_id)
 
-    # the chosen method and the other one, on the same split: the choice is measured
-    evals = {m: _evaluate(RouterConfig(**{**asdict(cfg), "method": m}), x, buckets, risk, held)
+
+def evaluate_splits(cfg: RouterConfig, data: RouteInputs
+                    ) -> tuple[dict[str, dict[str, Any] | None], list[dict[str, Any]]]:
+    """(figures per method on the stage's split, figures of `cfg.method` on each re-drawn split
+    that has two non-empty sides): the choice of method and the split's luck, measured."""
+    evals = {m: _evaluate(RouterConfig(**{**asdict(cfg), "method": m}), data.x, data.buckets,
+                          data.risk, data.held)
              for m in METHODS}
-    main = evals[cfg.method]
-    repeats = [_evaluate(cfg, x, buckets, risk, np.array(
-        [router_split(p, cfg, f"{cfg.split_salt}:{r}") == "held_out" for p in ids]))
+    repeats = [_evaluate(cfg, data.x, data.buckets, data.risk, np.array(
+        [router_split(p, cfg, f"{cfg.split_salt}:{r}") == "held_out" for p in data.ids]))
         for r in range(1, cfg.split_repeats + 1)]
-    repeats = [e for e in repeats if e is not None]
+    return evals, [e for e in repeats if e is not None]
 
-    router = Router.fit(cfg, x[~held], [b for b, h in zip(buckets, held) if not h],
-                        None if risk is None else [r for r, h in zip(risk, held) if not h],
-                        model_id)
-    comp, hr, budget = router.predict(x)
+
+def time_predict(router: Router, x: np.ndarray, repeats: int) -> tuple[float, float]:
+    """(microseconds per prompt of a whole-batch `predict`, microseconds of a one-prompt call),
+    means over `repeats` calls."""
     calls = []
-    for _ in range(cfg.timing_repeats):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         router.predict(x)
         calls.append(time.perf_counter() - t0)
     single = []
-    for i in range(min(cfg.timing_repeats, len(x))):
+    for i in range(min(repeats, len(x))):
         t0 = time.perf_counter()
         router.predict(x[i:i + 1])
         single.append(time.perf_counter() - t0)
+    return 1e6 * float(np.mean(calls)) / len(x), 1e6 * float(np.mean(single))
 
-    rows = [{"prompt_id": p, "pool_split": pool[p]["split"], "split": s, "complexity": str(c),
+
+def route_rows(data: RouteInputs, comp: np.ndarray, hr: np.ndarray,
+               budget: np.ndarray) -> list[dict[str, Any]]:
+    """The `routes` table: the decision per prompt beside its labels."""
+    return [{"prompt_id": p, "pool_split": ps, "split": s, "complexity": str(c),
              "high_risk": bool(h), "max_new_tokens": int(b), "label_complexity": bk,
-             "label_score": float(diff[p]["score"]),
-             "label_topic": None if topics is None else topics[i],
-             "label_high_risk": None if risk is None else risk[i]}
-            for i, (p, s, c, h, b, bk) in enumerate(zip(ids, split, comp, hr, budget, buckets))]
-    out_dir, model_dir = Path(out_dir), Path(model_dir)
-    with staged_folders([out_dir, model_dir]) as staged:
-        write_shard("routes", rows, staged[out_dir] / "part-00000.parquet")
-        router.save(staged[model_dir])
+             "label_score": sc,
+             "label_topic": None if data.topics is None else data.topics[i],
+             "label_high_risk": None if data.risk is None else data.risk[i]}
+            for i, (p, ps, s, c, h, b, bk, sc) in enumerate(zip(
+                data.ids, data.pool_splits, data.split, comp, hr, budget, data.buckets,
+                data.scores))]
 
-    def spread(values):
-        v = np.asarray([a for a in values if a is not None], dtype=np.float64)
-        return None if v.size == 0 else {"mean": float(v.mean()), "std": float(v.std()),
-                                          "min": float(v.min()), "max": float(v.max()),
-                                          "n_splits": int(v.size)}
 
-    truth = np.asarray(buckets)
+def _spread(values) -> dict[str, Any] | None:
+    v = np.asarray([a for a in values if a is not None], dtype=np.float64)
+    return None if v.size == 0 else {"mean": float(v.mean()), "std": float(v.std()),
+                                      "min": float(v.min()), "max": float(v.max()),
+                                      "n_splits": int(v.size)}
+
+
+def complexity_report(cfg: RouterConfig, data: RouteInputs, main: dict[str, Any],
+                      repeats: list[dict[str, Any]], comp: np.ndarray) -> dict[str, Any]:
+    """Held-out complexity accuracy with its interval, spread and the majority-bucket baseline."""
+    truth, held = np.asarray(data.buckets), data.held
     majority = max(BUCKETS, key=lambda b: (truth[~held] == b).sum())
-    report: dict[str, Any] = {
-        "method": cfg.method,
-        "model_id": model_id,
-        "n_prompts": len(ids),
-        "n_train": int((~held).sum()),
-        "n_held_out": int(held.sum()),
-        "us_per_prompt": 1e6 * float(np.mean(calls)) / len(x),
-        "us_per_single_prompt_call": 1e6 * float(np.mean(single)),
-        "complexity": {
-            "held_out_accuracy": main["complexity_held_out"],
-            "held_out_accuracy_ci95": bootstrap_interval(main["complexity_correct"],
-                                                         cfg.bootstrap, cfg.seed),
-            "train_accuracy": main["complexity_train"],
-            "majority_bucket": majority,
-            "majority_held_out_accuracy": float((truth[held] == majority).mean()),
-            "held_out_accuracy_over_splits": spread(e["complexity_held_out"] for e in repeats),
-            "label_counts": {b: int((truth == b).sum()) for b in BUCKETS},
-            "confusion_held_out": {b: {c: int(((truth == b) & (comp == c) & held).sum())
-                                       for c in BUCKETS} for b in BUCKETS},
-        },
-        "methods_held_out": {m: {"complexity_accuracy": e["complexity_held_out"],
-                                 **({"high_risk": e["high_risk_held_out"]}
-                                    if risk is not None else {})}
-                             for m, e in evals.items()},
-        "route_counts": {b: int((comp == b).sum()) for b in BUCKETS},
-        "max_new_tokens": dict(cfg.max_new_tokens),
-        "mean_max_new_tokens": float(budget.mean()),
+    return {
+        "held_out_accuracy": main["complexity_held_out"],
+        "held_out_accuracy_ci95": bootstrap_interval(main["complexity_correct"],
+                                                     cfg.bootstrap, cfg.seed),
+        "train_accuracy": main["complexity_train"],
+        "majority_bucket": majority,
+        "majority_held_out_accuracy": float((truth[held] == majority).mean()),
+        "held_out_accuracy_over_splits": _spread(e["complexity_held_out"] for e in repeats),
+        "label_counts": {b: int((truth == b).sum()) for b in BUCKETS},
+        "confusion_held_out": {b: {c: int(((truth == b) & (comp == c) & held).sum())
+                                   for c in BUCKETS} for b in BUCKETS},
     }
-    if risk is None:
-        report["high_risk"] = {
+
+
+def high_risk_report(cfg: RouterConfig, data: RouteInputs, main: dict[str, Any],
+                     repeats: list[dict[str, Any]], hr: np.ndarray) -> dict[str, Any]:
+    """Held-out high-risk figures, or why there are none (no topic labels)."""
+    if data.risk is None:
+        return {
             "labels": "absent",
             "why": "no --topics (no world: a user's own data has no topic categories), so the "
                    "router has no high-risk head and says high_risk = False for every prompt; "
                    "Level 2's other triggers (low score, low confidence) still apply"}
-    else:
-        r = np.asarray(risk, bool)
-        report["high_risk"] = {
-            "labels": "world topics (infer_topic, topics.json high_risk)",
-            "held_out_accuracy": main["high_risk_held_out"]["accuracy"],
-            "held_out_accuracy_ci95": bootstrap_interval(main["high_risk_correct"],
-                                                         cfg.bootstrap, cfg.seed),
-            "held_out": main["high_risk_held_out"],
-            "train_accuracy": main["high_risk_train"],
-            "held_out_accuracy_over_splits": spread(e["high_risk_held_out"]["accuracy"]
-                                                    for e in repeats),
-            "held_out_recall_over_splits": spread(e["high_risk_held_out"]["recall"]
-                                                  for e in repeats),
-            "label_share": float(r.mean()),
-            "predicted_share": float(hr.mean()),
-            "no_topic_prompts": sum(t is None for t in topics),
-        }
-    return report
+    r = np.asarray(data.risk, bool)
+    return {
+        "labels": "world topics (infer_topic, topics.json high_risk)",
+        "held_out_accuracy": main["high_risk_held_out"]["accuracy"],
+        "held_out_accuracy_ci95": bootstrap_interval(main["high_risk_correct"],
+                                                     cfg.bootstrap, cfg.seed),
+        "held_out": main["high_risk_held_out"],
+        "train_accuracy": main["high_risk_train"],
+        "held_out_accuracy_over_splits": _spread(e["high_risk_held_out"]["accuracy"]
+                                                 for e in repeats),
+        "held_out_recall_over_splits": _spread(e["high_risk_held_out"]["recall"]
+                                               for e in repeats),
+        "label_share": float(r.mean()),
+        "predicted_share": float(hr.mean()),
+        "no_topic_prompts": sum(t is None for t in data.topics),
+    }
+
+
+def run(cfg: RouterConfig, pool_dir: str | Path, embeddings_dir: str | Path,
+        difficulty_dir: str | Path, out_dir: str | Path, model_dir: str | Path,
+        topics_path: str | Path | None = None) -> dict[str, Any]:
+    """The `route` stage: fit on the train split, report on the held-out one, route every pool
+    prompt, write the `routes` table and the router."""
+    from rlhf.store.io import staged_folders, write_shard
+
+    data = load_inputs(cfg, pool_dir, embeddings_dir, difficulty_dir, topics_path)
+    evals, repeats = evaluate_splits(cfg, data)
+    train = ~data.held
+    router = Router.fit(cfg, data.x[train], [b for b, h in zip(data.buckets, data.held) if not h],
+                        None if data.risk is None
+                        else [r for r, h in zip(data.risk, data.held) if not h],
+                        data.model_id)
+    comp, hr, budget = router.predict(data.x)
+    us_per_prompt, us_single = time_predict(router, data.x, cfg.timing_repeats)
+
+    out_dir, model_dir = Path(out_dir), Path(model_dir)
+    with staged_folders([out_dir, model_dir]) as staged:
+        write_shard("routes", route_rows(data, comp, hr, budget),
+                    staged[out_dir] / "part-00000.parquet")
+        router.save(staged[model_dir])
+
+    main = evals[cfg.method]
+    return {
+        "method": cfg.method,
+        "model_id": data.model_id,
+        "n_prompts": len(data.ids),
+        "n_train": int(train.sum()),
+        "n_held_out": int(data.held.sum()),
+        "us_per_prompt": us_per_prompt,
+        "us_per_single_prompt_call": us_single,
+        "complexity": complexity_report(cfg, data, main, repeats, comp),
+        "methods_held_out": {m: {"complexity_accuracy": e["complexity_held_out"],
+                                 **({"high_risk": e["high_risk_held_out"]}
+                                    if data.risk is not None else {})}
+                             for m, e in evals.items()},
+        "route_counts": {b: int((comp == b).sum()) for b in BUCKETS},
+        "max_new_tokens": dict(cfg.max_new_tokens),
+        "mean_max_new_tokens": float(budget.mean()),
+        "high_risk": high_risk_report(cfg, data, main, repeats, hr),
+    }

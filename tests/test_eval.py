@@ -1,4 +1,4 @@
-"""The eval stage (pipeline/eval.py): metrics on hand-made inputs, the exact KL against an
+"""The eval stage (pipeline/checkpoint_eval.py): metrics on hand-made inputs, the exact KL against an
 unbatched computation, and the whole stage (CLI) on tiny models the test builds itself."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import ppo_tiny
 import pytest
-from rlhf.pipeline.eval import EvalConfig, repetition_rate, win_rate
+from rlhf.pipeline.checkpoint_eval import EvalConfig, repetition_rate, win_rate
 
 
 def test_repetition_rate_hand_made():
@@ -53,7 +53,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path):
     """Left padding and position ids must not change the KL: each row's sum equals the KL
     computed from a forward over that prompt + response alone."""
     import torch
-    from rlhf.pipeline.eval import sample_with_kl
+    from rlhf.pipeline.checkpoint_eval import sample_with_kl
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import format_prompt
 
@@ -169,7 +169,7 @@ def test_eval_checkpoint_selection_and_clean_errors(tmp_path):
 
 
 def test_prompt_cap_is_a_seeded_subset(tmp_path):
-    from rlhf.pipeline.eval import load_eval_prompts
+    from rlhf.pipeline.checkpoint_eval import load_eval_prompts
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt_id": f"q{i:02d}", "text": t}) + "\n"

@@ -594,3 +594,86 @@ def test_realdata_mt_bench_reads_every_question(realdata, tmp_path):
     res = run_ingest([mt], tmp_path / "store", CFG)
     assert res.input_rows == res.kept + res.rejected == 80
     assert res.by_reason.get("bad_type", 0) == 0  # every row is read by the adapter
+
+
+# ---------------------------------------------------------------------------------------------
+# The filter classes (datatrove's contract): each keeps a clean prompt and drops its own case
+# with its reason code; the chain records every reason, except after a filter that stops.
+
+def _rec(text):
+    from rlhf.pipeline.ingest import Record
+
+    return Record("f.jsonl", 1, text, text=text)
+
+
+def _filter_cases():
+    from rlhf.pipeline.ingest import TokenCounter
+    from rlhf.pipeline.ingest.filters import (
+        CodeBlockFilter,
+        ControlCharFilter,
+        EmailFilter,
+        EmptyFilter,
+        LengthFilter,
+        PhoneFilter,
+        UrlFilter,
+    )
+
+    return [
+        (EmptyFilter(), " \u200b\n", "empty"),
+        (LengthFilter(max_chars=40, max_tokens=7, count_tokens=TokenCounter()),  # clean: 7 tokens
+         "one two three four five six seven eight", "too_long"),
+        (LengthFilter(max_chars=30, max_tokens=500, count_tokens=TokenCounter()),  # clean: 26 chars
+         "x" * 31, "too_long"),
+        (ControlCharFilter(), "a\x1b[31mred", "control_char"),
+        (UrlFilter(CFG.url_bare_tlds), "see example.com/faq", "url"),
+        (EmailFilter(), "write to ann@example.org", "email"),
+        (PhoneFilter(), "call +44 20 7946 0958 today", "phone"),
+        (CodeBlockFilter(), "fix this:\n```\nx = 1\n```", "code_block"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_each_filter_keeps_clean_text_and_drops_with_its_reason(case):
+    filt, bad, reason = _filter_cases()[case]
+    clean = _rec("How do I keep basil fresh?")
+    assert filt.filter(clean) is True and filt.drop_reason(filt.filter(clean)) is None
+    verdict = filt.filter(_rec(bad))
+    assert verdict == (False, reason) and filt.drop_reason(verdict) == reason
+    assert reason in REASON_CODES and filt.name == reason
+
+
+def test_length_filter_counts_tokens_except_over_long_characters():
+    from rlhf.pipeline.ingest import TokenCounter
+    from rlhf.pipeline.ingest.filters import LengthFilter
+
+    filt = LengthFilter(max_chars=20, max_tokens=3, count_tokens=TokenCounter())
+    recs = [_rec("a b"), _rec("a b c d"), _rec("y" * 21)]
+    assert filt.filter_batch(recs) == [True, (False, "too_long"), (False, "too_long")]
+    assert [r.n_tokens for r in recs] == [2, 4, 0]  # the 21-character one was never tokenized
+
+
+def test_chain_records_every_reason_in_order_and_stops_after_empty():
+    from rlhf.pipeline.ingest import Filter, TokenCounter, apply_filters, build_filters
+
+    chain = build_filters(CFG, TokenCounter())
+    assert [f.name for f in chain] == ["empty", "too_long", "control_char", "url", "email",
+                                       "phone", "code_block"]
+    both, blank, unread = _rec("mail ann@example.org or see www.example.com\x00"), _rec("  "), _rec(None)
+    unread.text = None
+    apply_filters(chain, [both, blank, unread])
+    assert both.reasons == ["control_char", "url", "email"]
+    assert blank.reasons == ["empty"] and unread.reasons == []
+    off = build_filters(IngestConfig(filter_url=False, filter_email=False, filter_phone=False,
+                                     filter_code_block=False, filter_control_chars=False),
+                        TokenCounter())
+    assert [f.name for f in off] == ["empty", "too_long"]
+
+    class NoQuestion(Filter):  # a bare False drops with the filter's name
+        name = "bad_record"
+
+        def filter(self, rec):
+            return "?" in rec.text
+
+    ask, tell = _rec("why?"), _rec("because")
+    apply_filters([NoQuestion()], [ask, tell])
+    assert ask.reasons == [] and tell.reasons == ["bad_record"]

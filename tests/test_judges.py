@@ -89,13 +89,13 @@ def _invoke_raw(args):
 
 
 def test_heldout_figure_takes_the_judge(tmp_path):
-    """The ppo stage's held-out figure (pipeline/ppo/evaluate.gold_eval) scores with the judge
+    """The ppo stage's held-out figure (pipeline/ppo/heldout_gold.gold_eval) scores with the judge
     it is given: the world default equals an explicit WorldGoldJudge, an RM judge's mean is the
     mean of that RM's scores of the same samples."""
     from rlhf.pipeline.generation import Sampling
     from rlhf.pipeline.judges import JudgeConfig, WorldGoldJudge, load_judge
     from rlhf.pipeline.policy import load_policy, sample
-    from rlhf.pipeline.ppo.evaluate import gold_eval
+    from rlhf.pipeline.ppo.heldout_gold import gold_eval
 
     paths = ppo_tiny.build_world(tmp_path / "w")
     prompts = [(f"p{i}", t) for i, t in enumerate(ppo_tiny.PROMPTS[:6])]

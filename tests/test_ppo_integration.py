@@ -13,7 +13,7 @@ import torch
 import ppo_tiny
 from rlhf.pipeline.generation import Sampling
 from rlhf.pipeline.config import build
-from rlhf.pipeline.eval_prompts import held_out_prompts
+from rlhf.pipeline.heldout_prompts import held_out_prompts
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.trainer import (PPOTrainer, RunPaths, StratifiedPromptSampler,
                                        load_prompts, strata)
@@ -117,7 +117,7 @@ def test_trainer_draws_stratified_batches_and_checkpoints_the_sampler(tmp_path):
 def test_reward_stage_scorer_and_gold_comparison(tmp_path):
     """The reward stage's scorer folder (scorer.json + checkpoint) under the trainer's interface,
     and `compare` scoring both policies on the same held-out prompts."""
-    from rlhf.pipeline.ppo.evaluate import compare
+    from rlhf.pipeline.ppo.heldout_gold import compare
     from rlhf.pipeline.ppo.scoring import RewardStageScorer, load_scorer
     from rlhf.pipeline.reward.scorer import save_scorer
 

@@ -153,7 +153,7 @@ class PPOConfig:
     debug_rollouts: bool = False  # seed 001 §5.2: full text only in debug rollout mode
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     # held-out gold evaluation of the SFT and the PPO policy after training (`rlhf ppo
-    # --heldout-store`, pipeline/ppo/evaluate.py): both sampled as PPO samples (temperature,
+    # --heldout-store`, pipeline/ppo/heldout_gold.py): both sampled as PPO samples (temperature,
     # top_p, max_new_tokens above), the same as the eval stage and bench/economy.py
     heldout_eval: bool = True
     eval_seed: int = 0

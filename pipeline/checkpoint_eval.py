@@ -7,7 +7,7 @@ model overoptimization": gold and proxy reward against sqrt(KL) to the reference
         --prompts artifacts/store --out artifacts/eval --metrics artifacts/metrics/eval.json
 
 Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved),
-on the held-out prompts (every member of the eval-split clusters, pipeline/eval_prompts.py):
+on the held-out prompts (every member of the eval-split clusters, pipeline/heldout_prompts.py):
 the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/judges.py;
 the report and the metrics name it), light and strong RM means, win rate against SFT by the judge
 (ties count one half), KL(policy || SFT reference) per response, response length, repetition rate.
@@ -83,11 +83,11 @@ def _mean(xs) -> float:
 
 # --------------------------------------------------------------------------- inputs
 def load_eval_prompts(path: str | Path, cap: int = 0, seed: int = 0) -> list[tuple[str, str]]:
-    """(prompt_id, text) held-out prompts: a store root (pipeline/eval_prompts.held_out_prompts)
+    """(prompt_id, text) held-out prompts: a store root (pipeline/heldout_prompts.held_out_prompts)
     or a JSONL file of {"prompt_id", "text"}; a seeded subset of `cap` when cap > 0."""
     path = Path(path)
     if path.is_dir():
-        from rlhf.pipeline.eval_prompts import held_out_prompts
+        from rlhf.pipeline.heldout_prompts import held_out_prompts
 
         prompts = held_out_prompts(path)
     else:

@@ -8,7 +8,7 @@ models or to PPO either, so evaluating on the representative plus every member g
 held-out prompts. A member whose text also occurs in a training cluster (cannot happen with
 cluster-level splits, but is cheap to rule out) is left out.
 
-    python -c "from rlhf.pipeline.eval_prompts import held_out_prompts; \
+    python -c "from rlhf.pipeline.heldout_prompts import held_out_prompts; \
 print(len(held_out_prompts('artifacts/store')))"
 """
 

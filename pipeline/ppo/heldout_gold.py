@@ -5,11 +5,11 @@ bench/economy.py use the same settings). The judge is the one params.yaml's `jud
 (pipeline/judges.py; the world's gold judge when none is given) and never trains anything.
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
-    python -c "from rlhf.pipeline.ppo.evaluate import gold_eval; \
+    python -c "from rlhf.pipeline.ppo.heldout_gold import gold_eval; \
 from rlhf.pipeline.generation import Sampling; \
 print(gold_eval('artifacts/models/sft', [('x', 'Why do leaves look green?')], Sampling(0.8, 0.95, 48)))"
 
-Held-out prompts are every member of the eval-split clusters (pipeline/eval_prompts.py), none of
+Held-out prompts are every member of the eval-split clusters (pipeline/heldout_prompts.py), none of
 which PPO (split "ppo") or the reward models (split "reward") saw.
 """
 
@@ -51,7 +51,7 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
     sampled alike (the same seed: a paired comparison), scored by `judge` (None: world gold);
     the report names the judge."""
-    from rlhf.pipeline.eval_prompts import held_out_prompts
+    from rlhf.pipeline.heldout_prompts import held_out_prompts
     from rlhf.pipeline.judges import WorldGoldJudge
 
     prompts = held_out_prompts(store_root)

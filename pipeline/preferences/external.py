@@ -1,0 +1,98 @@
+"""External human rankings in the real-data folder: hh-rlhf chosen/rejected pairs and
+OpenAssistant ranked sibling replies (each reader yields (group key, prompt, [responses best
+first])), as `preferences` rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from rlhf.pipeline.preferences.config import PreferencesConfig, heldout_or_train
+from rlhf.pipeline.text import split_dialogue
+from rlhf.store.hashing import content_hash
+
+HH_FILE = "hh-rlhf__harmless-base_test.jsonl.gz"
+OASST_FILE = "Open-Assistant__en_100_tree.jsonl"
+
+
+def read_hh_pairs(path: str | Path) -> Iterable[tuple[str, str, list[str]]]:
+    """hh-rlhf chosen/rejected dialogues as (line key, prompt, [chosen reply, rejected reply]).
+
+    Lines that are not JSON, lack either side, or whose two sides do not share the history are
+    skipped (counted by the caller as input - kept)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            try:
+                row = json.loads(line)
+                chosen, rejected = split_dialogue(row["chosen"]), split_dialogue(row["rejected"])
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                continue
+            if not chosen or not rejected or chosen[0] != rejected[0]:
+                continue
+            if not chosen[1] or not rejected[1] or chosen[1] == rejected[1]:
+                continue
+            yield f"hh:{n}", chosen[0], [chosen[1], rejected[1]]
+
+
+def read_oasst_groups(path: str | Path) -> Iterable[tuple[str, str, list[str]]]:
+    """OpenAssistant ranked sibling replies: (parent id, conversation so far, replies by rank)."""
+    def walk(node, history):
+        text = node.get("text") or ""
+        role = node.get("role")
+        turn = text if not history else f"{history}\n\n{'Human' if role == 'prompter' else 'Assistant'}: {text}"
+        replies = [r for r in node.get("replies") or [] if isinstance(r, dict)]
+        if role == "prompter":
+            ranked = []
+            for r in replies:
+                try:
+                    ranked.append((int(r.get("rank")), r.get("text") or ""))
+                except (TypeError, ValueError):
+                    continue
+            ranked = sorted(x for x in ranked if x[1].strip())
+            if len(ranked) >= 2:
+                yield f"oasst:{node.get('message_id')}", turn, [t for _, t in ranked]
+        for r in replies:
+            yield from walk(r, turn)
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                tree = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(tree, dict) and isinstance(tree.get("prompt"), dict):
+                yield from walk(tree["prompt"], "")
+
+
+def external_rows(realdata: str | Path, cfg: PreferencesConfig) -> tuple[list[dict], dict]:
+    """`preferences` rows of the external rankings found in `realdata` (none if absent)."""
+    realdata = Path(realdata)
+    rows: list[dict] = []
+    counts: dict[str, int] = {}
+    sources = [("hh-rlhf", realdata / HH_FILE, read_hh_pairs, cfg.hh_max_pairs)]
+    if cfg.include_oasst:
+        sources.append(("oasst", realdata / OASST_FILE, read_oasst_groups, 0))
+    for source, path, reader, cap in sources:
+        if not path.is_file():
+            counts[source] = 0
+            continue
+        n = 0
+        for key, prompt, ranked in reader(path):
+            if cap and n >= cap:
+                break
+            pid = content_hash(prompt)
+            split = heldout_or_train(key, cfg.hh_heldout_fraction)
+            for rank, resp in enumerate(ranked):
+                rows.append({
+                    "ranking_id": content_hash(key)[:16], "prompt_id": pid, "prompt": prompt,
+                    "response_hash": content_hash(resp), "response": resp,
+                    "annotator_id": source, "labeled_at": None, "score": None, "rank": rank,
+                    "source": source, "response_source": "human", "split": split,
+                    "gold_score": None,
+                })
+            n += 1
+        counts[source] = n
+    return rows, counts
