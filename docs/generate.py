@@ -85,11 +85,11 @@ def _stamp(root: Path, path: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- pages
-def metrics_page(root: Path, under: str, title: str, how: str) -> str:
+def metrics_page(root: Path, under: str, title: str, how: str, prefix: str = "") -> str:
     lines = [f"# {title}", "", f"<!-- written by `{COMMAND}`: rerun it, never edit by hand -->",
              "", how, ""]
     for path in metrics_files(root, under):
-        stage = path.stem
+        stage = prefix + path.stem
         lines += [f"## {stage}", "", *_stamp(root, path), "", "| metric | value |", "|---|---|"]
         for k, v in flatten(json.loads(path.read_text(encoding="utf-8"))).items():
             lines.append(f"| `{stage}:{k}` | {_fmt(v)} |")
@@ -269,7 +269,7 @@ def pages(root: Path) -> dict[str, str]:
         f"{OUT}/metrics-realdata.md": metrics_page(
             root, "profiles/realdata/artifacts/metrics", "Headline metrics of the realdata profile",
             "What the last committed `cd profiles/realdata && dvc repro` wrote (see "
-            "[../realdata.md](../realdata.md))."),
+            "[../realdata.md](../realdata.md)).", prefix="realdata/"),
         f"{OUT}/config.md": config_page(root),
         f"{OUT}/features.md": features_page(root),
         f"{OUT}/pipeline.md": pipeline_page(root),
@@ -317,8 +317,8 @@ def write(root: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- quoted figures
-NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?"
-QUOTE = re.compile(r"`(?:(?P<stage>[\w-]+):)?(?P<key>[A-Za-z_][\w.]*)`[^`\d\n]{0,12}?(?P<num>"
+NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
+QUOTE = re.compile(r"`(?:(?P<stage>[\w/-]+):)?(?P<key>[A-Za-z_][\w.]*)`[^`\d\n]{0,12}?(?P<num>"
                    + NUMBER + ")")
 
 
@@ -350,8 +350,15 @@ def figure_mismatches(text: str, metrics: dict[str, dict[str, Any]]) -> list[str
         value = metrics.get(stage, {}).get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        digits = len(num.split(".")[1]) if "." in num else 0
-        if round(float(value), digits) != round(float(num.replace(",", "")), digits):
+        written = float(num.replace(",", ""))
+        if "e" in num:  # scientific: equal to the mantissa's digits
+            mant = num.split("e")[0]
+            ok = abs(written - value) <= 0.5 * 10 ** (int(num.split("e")[1]) - (
+                len(mant.split(".")[1]) if "." in mant else 0)) * (1 + 1e-9)
+        else:
+            digits = len(num.split(".")[1]) if "." in num else 0
+            ok = round(float(value), digits) == round(written, digits)
+        if not ok:
             bad.append(f"{stage}:{key} quoted as {num}, the metric is {value}")
     return bad
 
