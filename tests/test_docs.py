@@ -135,7 +135,7 @@ def test_field_meanings_read_the_comments():
 
 
 # --------------------------------------------------------------------------- outside references
-OUTSIDE = re.compile(r"ARCHITECTURE\.md|ANCHORS\.md|\bissues? \d+\b|\(issue \d+")
+OUTSIDE = re.compile(r"ARCHITECTURE\.md|ANCHORS\.md|\bissues? \d+\b|\(issue \d+|\bREADME\b")
 
 
 def outside_references(root: Path) -> list[str]:
