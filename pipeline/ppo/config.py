@@ -215,6 +215,11 @@ class PPOConfig:
     resample_sigma: float = 1.0
     resample_low_frac: float = 0.25
     resample_max_share: float = 0.25
+    # DAPO's dynamic sampling (features/dynamic_sampling.py), group estimators only: groups whose
+    # rewards do not vary are dropped after scoring and the batch refilled with fresh prompts,
+    # at most `dynamic_sampling_rounds` refills a step (every token generated is counted)
+    dynamic_sampling_on: bool = False
+    dynamic_sampling_rounds: int = 3
     # the keys of features registered outside this class ((key, value) pairs; `with_values`)
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -290,6 +295,9 @@ class PPOConfig:
             raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
         self._check_schedule()
         self._check_tiers()
+        if self.dynamic_sampling_rounds < 1:
+            raise ConfigError(f"ppo.dynamic_sampling_rounds must be >= 1, "
+                              f"got {self.dynamic_sampling_rounds}")
         if self.group_size < 1 or self.batch_size % self.group_size:
             raise ConfigError(f"ppo.group_size ({self.group_size}) must be >= 1 and divide "
                               f"ppo.batch_size ({self.batch_size})")

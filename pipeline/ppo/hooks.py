@@ -78,13 +78,16 @@ class GenerationHook(Hook, Protocol):
 class RolloutContext:
     """What a post-scoring hook may use, and nothing else of the trainer: the config, the
     tokenizer, the light and strong scorers, `generation()` (a context manager yielding the
-    policy ready to sample), `event(kind, **fields)` (events.jsonl), the run folder and the
+    policy ready to sample), `rollout(batch, cost)` (generate (prompt_id, text) pairs with the
+    generation hooks and score them at Level 1, every token counted in `cost`: what a hook that
+    refills the batch calls), `event(kind, **fields)` (events.jsonl), the run folder and the
     current step."""
     cfg: Any
     tokenizer: Any
     scorer: Any
     strong_scorer: Any = None
     generation: Callable[[], AbstractContextManager] | None = None
+    rollout: Callable[[list[tuple[str, str]], Any], Any] | None = None
     event: Callable[..., None] = lambda kind, **fields: None
     out: Path | None = None
     step: int = 0

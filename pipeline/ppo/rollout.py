@@ -63,3 +63,58 @@ class Rollout:
     def response_lengths(self) -> torch.Tensor:
         """[B] number of real response tokens."""
         return self.response_mask.sum(1)
+
+    # ------------------------------------------------------------------ rows
+    def take(self, rows: list[int]) -> Rollout:
+        """A new Rollout of `rows` (in that order), before the log-prob pass: every per-row
+        field set so far, list extras included."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.query.device)
+        out = {}
+        for name, value in vars(self).items():
+            if torch.is_tensor(value):
+                out[name] = value[idx]
+            elif isinstance(value, list) and len(value) == len(self):
+                out[name] = [value[i] for i in rows]
+            else:
+                out[name] = value
+        out["extras"] = {k: ([v[i] for i in rows] if isinstance(v, list) and len(v) == len(self)
+                             else v) for k, v in self.extras.items()}
+        return Rollout(**out)
+
+    @staticmethod
+    def cat(parts: list[Rollout], pad_id: int) -> Rollout:
+        """Rows of `parts` one after another (queries re-padded on the left, responses on the
+        right); fields one part lacks are dropped; non-row extras come from the first part."""
+        def left(t, width, value):
+            return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
+
+        def right(t, width, value):
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+        P = max(p.query.shape[1] for p in parts)
+        T = max(p.response.shape[1] for p in parts)
+        first, out = parts[0], {}
+        for name, value in vars(first).items():
+            if name == "extras":
+                continue
+            vals = [getattr(p, name) for p in parts]
+            if any(v is None for v in vals):
+                out[name] = None
+            elif name in ("query", "query_mask"):
+                out[name] = torch.cat([left(v, P, pad_id if name == "query" else 0)
+                                       for v in vals])
+            elif name in ("response", "response_mask"):
+                out[name] = torch.cat([right(v, T, pad_id if name == "response" else False)
+                                       for v in vals])
+            elif torch.is_tensor(value) and value.dim() == 1:
+                out[name] = torch.cat(vals)
+            elif isinstance(value, list):
+                out[name] = [x for v in vals for x in v]
+            elif torch.is_tensor(value):
+                raise ValueError(f"Rollout.cat: {name} is set (cat before the log-prob pass)")
+            else:
+                out[name] = value
+        out["extras"] = {k: ([x for p in parts for x in p.extras.get(k, [None] * len(p))]
+                             if isinstance(v, list) and len(v) == len(first) else v)
+                         for k, v in first.extras.items()}
+        return Rollout(**out)

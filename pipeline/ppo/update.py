@@ -1,4 +1,5 @@
-"""PPO's learning phases: the critic's values, this step's schedules and GAE advantages, and the
+"""PPO's learning phases: the critic's values, this step's schedules and advantages (the
+estimator of advantages.py: GAE, or a group estimator without a critic), and the
 clipped-surrogate epochs over minibatches (the math is core.py's pure functions).
 
     python -c "from rlhf.pipeline.ppo.update import Learner; help(Learner.epochs)"
@@ -9,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from rlhf.pipeline.ppo import core
+from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.critic import (critic_loss, pack_right, response_values,
                                       reward_attention_weights)
 from rlhf.pipeline.ppo.generate import policy_logits
@@ -24,6 +26,11 @@ class Learner:
         self.policy, self.critic = engines.policy.module, engines.critic.module
         self.dist, self.acc = dist, accelerator
         self.kl_ctl, self.collapse, self.gradmon, self.event = kl_ctl, collapse, gradmon, event
+        self.estimator = estimator(cfg.advantage_estimator)
+
+    def no_values(self, r) -> None:
+        """A group estimator has no critic: V is 0 and the critic is not run."""
+        r.values = torch.zeros(r.response.shape, dtype=torch.float32, device=r.response.device)
 
     # ----------------------------------------------------------------- critic (§3.2)
     @torch.no_grad()
@@ -67,7 +74,8 @@ class Learner:
 
     # ----------------------------------------------------------------- advantages
     def advantages(self, r, step: int) -> dict:
-        """Schedules for this step, then per-token rewards and GAE; returns the schedule."""
+        """Schedules for this step, then per-token rewards and the estimator's advantages
+        (rows of one prompt group are contiguous, `group_size` each); returns the schedule."""
         cfg, dist = self.cfg, self.dist
         lam, clip = (lambda_eps(step - 1, cfg.lambda_eps_table) if cfg.lambda_eps_table_on
                      else (cfg.gae_lambda, cfg.clip_range))
@@ -92,7 +100,9 @@ class Learner:
         trainable = int(dist.gather(mask.sum().view(1)).sum()) >= 2
         if bool(r.valid.any()):
             r.rewards = core.per_token_rewards(r.scores, r.kl, r.response_mask, kl_coef)
-            adv, r.returns = core.gae(r.rewards, r.values, r.response_mask, cfg.gamma, lam)
+            groups = torch.arange(len(r), device=r.rewards.device) // cfg.group_size
+            adv, r.returns = self.estimator.estimate(r.rewards, r.values, r.response_mask,
+                                                     groups, cfg.gamma, lam)
             if cfg.whiten_advantages and int(mask.sum()) >= 2:
                 adv = core.masked_whiten(adv, mask)
             r.advantages = adv * mask
@@ -102,9 +112,11 @@ class Learner:
                 "rm_refresh": float(collapsed), "trainable": trainable}
 
     # ----------------------------------------------------------------- PPO epochs
-    def epochs(self, r, clip: float, step: int) -> dict:
-        """`ppo_epochs` passes of clipped-surrogate + value updates over shuffled minibatches."""
+    def epochs(self, r, clip: float, step: int, cost=None) -> dict:
+        """`ppo_epochs` passes of clipped-surrogate + value updates over shuffled minibatches
+        (no value update with a group estimator); the forwards' token counts go to `cost`."""
         cfg, rank = self.cfg, self.dist.rank
+        critic_on = self.estimator.needs_critic
         self.policy.train()
         self.critic.train()
         # minibatch order: a function of (seed, step, rank) only, so a resumed run repeats it
@@ -121,13 +133,21 @@ class Learner:
                     -1, r.response[idx].unsqueeze(-1)).squeeze(-1)
                 p_loss, clipfrac, approx_kl = core.policy_loss(
                     logp, r.logprobs[idx], r.advantages[idx], mask, clip)
-                out = self.critic(r.critic_ids[idx], r.critic_mask[idx],
-                                  None if r.key_weights is None else r.key_weights[idx])
-                v = response_values(out, r.critic_mask[idx], r.critic_start[idx],
-                                    r.response.shape[1])
-                c_loss, c_stats = critic_loss(v, r.values[idx], r.returns[idx], mask,
-                                              r.scores[idx], cfg.clip_range_value,
-                                              cfg.critic_huber_delta, cfg.critic_kl_reg_coef)
+                if cost is not None:
+                    cost.update_token_forwards += len(idx) * (r.query.shape[1]
+                                                              + r.response.shape[1])
+                if critic_on:
+                    out = self.critic(r.critic_ids[idx], r.critic_mask[idx],
+                                      None if r.key_weights is None else r.key_weights[idx])
+                    v = response_values(out, r.critic_mask[idx], r.critic_start[idx],
+                                        r.response.shape[1])
+                    c_loss, c_stats = critic_loss(v, r.values[idx], r.returns[idx], mask,
+                                                  r.scores[idx], cfg.clip_range_value,
+                                                  cfg.critic_huber_delta, cfg.critic_kl_reg_coef)
+                    if cost is not None:
+                        cost.critic_token_forwards += int(r.critic_ids[idx].numel())
+                else:
+                    c_loss, c_stats = torch.zeros((), device=p_loss.device), {"critic_kl_reg": 0.0}
                 if not self.dist.all_finite(p_loss + c_loss):  # §5: skip, never poison weights
                     skipped += 1
                     self.engines.zero_grad()

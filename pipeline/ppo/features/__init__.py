@@ -9,4 +9,4 @@ from rlhf.pipeline.ppo.features.registry import (FEATURES, INPUTS, ConfigField, 
                                                  unregister)
 from rlhf.pipeline.ppo.features import inputs, loop  # noqa: F401,E402  (registration order)
 from rlhf.pipeline.ppo.features import tiers, scheduler, sample_economy  # noqa: F401,E402
-from rlhf.pipeline.ppo.features import rm_evolution  # noqa: F401,E402
+from rlhf.pipeline.ppo.features import rm_evolution, dynamic_sampling  # noqa: F401,E402
