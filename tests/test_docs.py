@@ -112,6 +112,9 @@ def test_a_wrong_quoted_figure_is_caught():
     # `kept` belongs to two stages: only the stage-qualified form is checked
     assert gen.figure_mismatches("`kept` 1", metrics) == []
     assert gen.figure_mismatches("`ingest:kept` 1", metrics) != []
+    tiny = {"ppo": {"heldout.gold_gain": 0.000213}}
+    assert gen.figure_mismatches("`ppo:heldout.gold_gain` 2.130e-04", tiny) == []
+    assert gen.figure_mismatches("`ppo:heldout.gold_gain` 2.000e-04", tiny) != []
 
 
 def test_config_reference_covers_every_params_key(repo):
