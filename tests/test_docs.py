@@ -169,3 +169,19 @@ def test_outside_reference_is_found(tmp_path):
 def test_no_code_cites_issues_or_outside_documents(repo):
     hits = outside_references(repo)
     assert hits == [], f"{len(hits)} lines:\n" + "\n".join(hits)
+
+
+def test_the_dag_picture_is_dvcs_own_graph(tmp_path):
+    """docs/generate.py's edges are the ones `dvc dag` derives from the same dvc.yaml."""
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    dvc = str(Path(sys.executable).parent / "dvc")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    out = subprocess.run([dvc, "dag", "--md", "dvc.yaml"], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout
+    names = dict(re.findall(r'(node\d+)\["([\w-]+)"\]', out))
+    theirs = sorted((names[a], names[b]) for a, b in re.findall(r"(node\d+)-->(node\d+)", out))
+    assert theirs and theirs == sorted(gen.dag_edges(REPO)[1])
