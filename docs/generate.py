@@ -40,7 +40,7 @@ COMMAND = "python docs/generate.py"
 DAG_BEGIN, DAG_END = "<!-- generated:dag (python docs/generate.py) -->", "<!-- /generated:dag -->"
 # a line that names the commit is informative: the freshness check compares everything else
 # (the content hash binds a page to its source), so committing a regenerated page stays fresh
-COMMIT_LINE = re.compile(r"^- last commit that changed it: .*$", re.M)
+COMMIT_LINE = re.compile(r"^- last commit that changed it: .*$", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- sources
@@ -166,7 +166,6 @@ def _ranges() -> dict | None:
 
 def config_page(root: Path) -> str:
     import yaml
-
     from rlhf.pipeline.config import SECTIONS, config_class
 
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
@@ -175,10 +174,10 @@ def config_page(root: Path) -> str:
         + "meaning |"
     lines = ["# Configuration reference", "",
              f"<!-- written by `{COMMAND}` from the typed configs and params.yaml -->", "",
-             "Every key of params.yaml, section by section: the typed dataclass that checks it "
+             ("Every key of params.yaml, section by section: the typed dataclass that checks it "
              "(`rlhf params check`), its type and built-in default, the value params.yaml ships, "
              "and its meaning (the field's comment in the code). The stages read every key from "
-             "params.yaml; the built-in default is what a test or a library call gets.", ""]
+             "params.yaml; the built-in default is what a test or a library call gets."), ""]
     for section in SECTIONS:
         cls = config_class(section)
         shipped = params.get(section) or {}
@@ -210,10 +209,10 @@ def features_page(root: Path) -> str:
     cfg = load_section(root / "params.yaml", "ppo")
     lines = ["# PPO features (the rollout-economy switches)", "",
              f"<!-- written by `{COMMAND}` from pipeline/ppo/features/ and params.yaml -->", "",
-             "Every registered feature: its switch(es), whether params.yaml's `ppo:` section "
+             ("Every registered feature: its switch(es), whether params.yaml's `ppo:` section "
              "(what `make run` trains with) turns it on, and what it does. Plain PPO is every "
              "switch at its off value. Measured verdicts: [BENCHMARKS.md](../../BENCHMARKS.md) "
-             "and [../ppo.md](../ppo.md).", "",
+             "and [../ppo.md](../ppo.md)."), "",
              "| feature | switches (off value) | on in params.yaml | what it does |",
              "|---|---|---|---|"]
     for f in ordered():
@@ -254,8 +253,8 @@ def dag_mermaid(root: Path) -> str:
 def pipeline_page(root: Path) -> str:
     return "\n".join([
         "# The pipeline graph", "", f"<!-- written by `{COMMAND}` from dvc.yaml -->", "",
-        "Each arrow: the downstream stage depends on an output of the upstream one "
-        "(`dvc dag` draws the same graph). What each stage does: [../stages.md](../stages.md).",
+        ("Each arrow: the downstream stage depends on an output of the upstream one "
+        "(`dvc dag` draws the same graph). What each stage does: [../stages.md](../stages.md)."),
         "", dag_mermaid(root), ""])
 
 

@@ -27,7 +27,7 @@ def broken_links(root: Path) -> list[str]:
     """Each relative link in README.md and docs/ whose file (or #anchor's file) is missing."""
     bad = []
     for md in doc_files(root):
-        text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.DOTALL)
         for target in LINK.findall(text):
             if re.match(r"[a-z]+:", target) or target.startswith("#"):
                 continue
