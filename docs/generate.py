@@ -1,6 +1,6 @@
 """Write the docs/generated/ pages from files a command produced, never from hand-typed figures.
 
-    python docs/generate.py            # rewrite docs/generated/*.md and README's pipeline picture
+    python docs/generate.py            # rewrite docs/generated/*.md and README.md's pipeline picture
     python docs/generate.py --check    # list what is stale (exit 1), write nothing
 
 Pages: metrics.md and metrics-realdata.md (every headline figure of the git-tracked
@@ -11,7 +11,7 @@ features.md (the PPO feature registry: each rollout-economy switch and whether p
 it on) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
 README.md carries the same picture between its `generated:dag` markers).
 
-`figure_mismatches` is the other half of the rule: a README/docs number written next to a metric
+`figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric
 name (`` `eval.gold_gain` 0.151 ``) must equal that metric at the precision written.
 """
 
@@ -290,7 +290,7 @@ def _norm(text: str) -> str:
 
 
 def stale(root: Path) -> list[str]:
-    """Generated pages (and README's picture) that differ from a fresh regeneration."""
+    """Generated pages (and README.md's picture) that differ from a fresh regeneration."""
     out = []
     for rel, text in pages(root).items():
         path = root / rel
