@@ -116,8 +116,8 @@ def preferences(
         None, "--labels-from", help="labels: human: the store root (prompts, external_pairs, "
                                     "pool, similar) the human labels are read from."),
     queue: list[Path] = typer.Option(
-        [], "--queue", help="labels: human: annotation-queue JSONL file(s) (format: README, "
-                            "'Your own data'); absent files are skipped with a note."),
+        [], "--queue", help="labels: human: annotation-queue JSONL file(s) (format: docs/realdata.md)"
+                            "; absent files are skipped with a note."),
     rejected_out: Path | None = typer.Option(
         None, "--rejected-out", help="labels: human: the `rejected_labels` table folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table folder (reward split)."),

@@ -132,7 +132,7 @@ def build(root: Path) -> Path:
 
 
 if __name__ == "__main__":
-    # python tests/synthetic_store.py /tmp/demo-store   (the README's query examples use it)
+    # python tests/synthetic_store.py /tmp/demo-store   (docs/store.md's query examples use it)
     import sys
 
     if len(sys.argv) != 2:

@@ -1,4 +1,4 @@
-"""bench/economy.py's scheduler arm plumbing (issue 14): the embeddings enter only the specs of
+"""bench/economy.py's scheduler arm plumbing: the embeddings enter only the specs of
 arms that read them (plain PPO's saved results stay valid), and the report section's figures
 come from the saved per-run `schedule` figures."""
 

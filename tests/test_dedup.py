@@ -283,7 +283,7 @@ def test_realdata_hh_repeats_collapse_no_prompt_lost(realdata, tmp_path):
 
 
 def test_pool_embeddings_are_the_clustered_vectors_and_can_be_rewritten_alone(tmp_path):
-    """The PPO rollout scheduler's prompt space (issue 14): one unit vector per pool prompt,
+    """The PPO rollout scheduler's prompt space: one unit vector per pool prompt,
     the same from the stage and from `--pool-embeddings-only` (one cache, one code path)."""
     import shutil
 

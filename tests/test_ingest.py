@@ -209,7 +209,7 @@ def test_email(text, expected):
     ("the year 1999-2005", False), ("on 2024-01-05 at 10:30", False), ("pi is 3.14159", False),
     ("12 + 35 = 47", False), ("1,000,000 people", False), ("ip 192.168.10.10", False),
     ("+15 degrees", False), ("ISBN 978-3-16-148410-0", False), ("order 12345", False),
-    # ranges and quantities (issue 17: "roughly 700-1000 calories" was a phone number)
+    # ranges and quantities ("roughly 700-1000 calories" is not a phone number)
     ("roughly 700-1000 calories", False), ("from 100-1000 mg a day", False),
     ("between 250-5000 people", False), ("SAT scores of 400-1600", False),
     ("write 300-1000 words", False), ("pages 123-4567", False), ("$100-1000", False),
@@ -399,7 +399,7 @@ def test_cli_ingest_prints_invariant_and_writes_metrics(world_sources, tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
-# The real world generator (issue 3): every planted defect, no clean prompt lost.
+# The real world generator: every planted defect, no clean prompt lost.
 
 def write_world_sources(root: Path, seed: int, n_lines: int) -> tuple[Path, list[dict], dict]:
     """The world's three source files and truth.jsonl, written as `rlhf world generate` does
@@ -448,7 +448,7 @@ def test_shipped_params_equal_the_dataclass_defaults(repo):
 
 
 # ---------------------------------------------------------------------------------------------
-# Real-world files (issue 17): length whatever the tokenizer, control characters, a byte-order
+# Real-world files: length whatever the tokenizer, control characters, a byte-order
 # mark, blank lines; every row accounted for.
 
 def test_length_is_bounded_in_characters_whatever_the_tokenizer(tmp_path):
@@ -548,7 +548,7 @@ def test_cli_shows_file_names_verbatim(tmp_path):
 
 
 def test_filters_on_real_prompts_measured(realdata):
-    """The false-positive figures the README reports, recomputed (bench/filter_fp.py)."""
+    """The filters' false-positive figures, recomputed (bench/filter_fp.py)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("filter_fp", Path(__file__).parents[1] /

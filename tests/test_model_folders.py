@@ -1,5 +1,5 @@
 """A policy or reward-model folder that is missing, truncated or of the wrong kind: one clear
-error naming the path at every stage that loads one (issue 17), never a traceback."""
+error naming the path at every stage that loads one, never a traceback."""
 
 from __future__ import annotations
 

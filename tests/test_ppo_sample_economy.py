@@ -1,4 +1,4 @@
-"""Rollout economy inside a sample (pipeline/ppo/features/sample_economy.py, issue 13): the entropy stop on
+"""Rollout economy inside a sample (pipeline/ppo/features/sample_economy.py): the entropy stop on
 hand-made logits and inside the real batched generate of a tiny Llama, the -1 sigma selection,
 the prefix cut from per-token RM scores, what a pruned row does in the update, the resampled row
 and its token bill, the hook's checkpointed state, and the config's validation."""

@@ -1,4 +1,4 @@
-"""The prompt-embedding rollout scheduler (pipeline/ppo/features/scheduler.py; issue 14, seed 001 §4.3):
+"""The prompt-embedding rollout scheduler (pipeline/ppo/features/scheduler.py; seed 001 §4.3):
 the 7-of-10 rule and the high-uncertainty mark on hand-made embeddings and histories, the
 exploration probability, the scale, then on the real trainer and a tiny Llama: a constant batch
 refilled from the sampler, `schedule` rows that match what was rolled out, exact resume with the

@@ -254,7 +254,7 @@ def test_locked_connection_holds_without_the_gate(store, tmp_path):
 
 
 # User data is shown verbatim: rich never reads a value, a column name, a title or an error
-# message as markup (issue 17). One test per place user data reaches a rich table. -----------
+# message as markup. One test per place user data reaches a rich table. -----------
 
 MARKUP = ["[/INST]", "[bold red]x", "<s>[INST] hi [/INST]", "[link=file:///etc]y[/link]",
           ":smile:", "[/]"]

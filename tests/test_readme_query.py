@@ -1,4 +1,4 @@
-"""The README's query examples run as shown (on the tiny store they build first)."""
+"""The query examples of docs/store.md run as shown (on the tiny store they build first)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def _example_lines(readme: str) -> list[str]:
 
 
 def test_readme_query_examples_run_as_shown(repo, tmp_path):
-    lines = _example_lines((repo / "README.md").read_text(encoding="utf-8"))
+    lines = _example_lines((repo / "docs" / "store.md").read_text(encoding="utf-8"))
     assert lines[0].startswith("python tests/synthetic_store.py /tmp/demo-store")
     synthetic_store.build(tmp_path / "demo-store")
     commands = [shlex.split(line, comments=True) for line in lines[1:]]
     assert len(commands) >= 10 and all(c[0] == "rlhf" for c in commands)
     runner = CliRunner()
     for argv in commands:
-        # Only the README's /tmp paths move into the test's own folder.
+        # Only the examples' /tmp paths move into the test's own folder.
         argv = [re.sub(r"^/tmp/", f"{tmp_path}/", a) for a in argv[1:]]
         result = runner.invoke(app, argv, env={"COLUMNS": "200"})
         assert result.exit_code == 0, (argv, result.output)

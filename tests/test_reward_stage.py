@@ -75,7 +75,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
                    tmp_path / "reward.json", pool_dir=pool, judge=toy_gold)
     saved = json.loads((tmp_path / "reward.json").read_text())
     assert saved["heldout_accuracy_mean"] == pytest.approx(m["heldout_accuracy_mean"])
-    # Level 2's one reward scale (issue 15): the strong-to-light map, fitted on the on-policy
+    # Level 2's one reward scale: the strong-to-light map, fitted on the on-policy
     # samples both RMs scored, saved with the strong RM
     from rlhf.pipeline.reward.score_map import ScoreMap
 

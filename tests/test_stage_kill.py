@@ -1,5 +1,5 @@
 """SIGKILL at a random point of `rlhf ingest`, `rlhf dedup` and `rlhf reward`, then the same
-command again (issue 17): after each kill nothing half-written is visible (every visible table or
+command again: after each kill nothing half-written is visible (every visible table or
 model folder, and the metrics file, equals an uninterrupted run's), and the rerun's outputs equal
 the uninterrupted run's, with no staging folder, journal or temporary file left behind.
 

@@ -201,7 +201,7 @@ def test_catalog_has_a_typed_view_per_table(tmp_path):
     assert cols == TABLES["rejected"].names
 
 
-# --- whole folders swapped in together, and what a killed run leaves (issue 17) -------------
+# --- whole folders swapped in together, and what a killed run leaves -------------
 
 def _dead_pid() -> int:
     import subprocess

