@@ -59,9 +59,16 @@ class DedupConfig:
     # Cosine distance below which two prompts are near-duplicates (seed 000 §4.2: 0.35).
     distance_threshold: float = 0.35
     linkage: Literal["complete", "average", "single"] = "complete"
-    # Up to this many distinct texts, exact linkage over all of them; above it, partitions.
+    # Up to this many distinct texts, exact linkage over all of them; above it, the index path.
     exact_max_size: int = 10_000
-    # Target partition size of the scalable path (exact linkage cost: partition_size² per part).
+    # Index path: rows per inverted list of the faiss index and lists scanned per query
+    # (pipeline/ann.py); more probes, more close pairs found (bench/bench_dedup.py measures it).
+    ann_list_size: int = 32
+    ann_probe: int = 32
+    # Exact linkage inside a connected component of the close-pair graph up to this many rows;
+    # a larger component is clustered by the partitioned path below (stated in the metrics).
+    component_max_size: int = 5_000
+    # Target partition size of the partitioned path (exact linkage cost: partition_size² per part).
     partition_size: int = 2_000
     # Merge step: each cluster is compared with the clusters of this many nearest other partitions.
     merge_partitions: int = 8
@@ -77,8 +84,10 @@ class DedupConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.distance_threshold < 2.0:
             raise ValueError("distance_threshold must be in (0, 2) (cosine distance)")
-        if self.partition_size < 2 or self.exact_max_size < 2:
-            raise ValueError("partition_size and exact_max_size must be >= 2")
+        if self.partition_size < 2 or self.exact_max_size < 2 or self.component_max_size < 2:
+            raise ValueError("partition_size, exact_max_size and component_max_size must be >= 2")
+        if self.ann_list_size < 1 or self.ann_probe < 1:
+            raise ValueError("ann_list_size and ann_probe must be >= 1")
         if self.merge_partitions < 0 or self.topic_clusters < 1 or self.batch_size < 1:
             raise ValueError("merge_partitions >= 0, topic_clusters >= 1, batch_size >= 1")
         unknown = set(self.split_fractions) - set(SPLITS)
@@ -305,11 +314,15 @@ def _centroids(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
 
 @dataclass
 class ClusterInfo:
-    path: str  # "exact" or "partitioned"
+    path: str  # "exact", "index" or "partitioned"
     partitions: int = 1
     largest_partition: int = 0
     merge_candidates: int = 0
     merges: int = 0
+    close_pairs: int = 0  # index path: pairs within the threshold the index found
+    components: int = 0  # connected components with more than one row
+    largest_component: int = 0
+    fallback_components: int = 0  # components above component_max_size (partitioned path)
 
 
 def partitioned_labels(x: np.ndarray, threshold: float, method: str, partition_size: int,
@@ -395,16 +408,69 @@ def _merge_boundaries(x: np.ndarray, labels: np.ndarray, part_of: np.ndarray,
     return roots[labels]
 
 
+def index_params(cfg: DedupConfig):
+    from rlhf.pipeline.ann import IndexParams
+
+    return IndexParams(list_size=cfg.ann_list_size, probe=cfg.ann_probe, seed=cfg.seed)
+
+
+def close_pairs(x: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) of every pair within the threshold that the neighbour index finds."""
+    from rlhf.pipeline.ann import NeighbourIndex
+
+    i, j, _ = NeighbourIndex.build(x, index_params(cfg)).close_pairs(cfg.distance_threshold)
+    return i, j
+
+
+def component_labels(x: np.ndarray, i: np.ndarray, j: np.ndarray, cfg: DedupConfig,
+                     on_progress: Callable[[int], None] | None = None
+                     ) -> tuple[np.ndarray, ClusterInfo]:
+    """Cluster labels from the close-pair graph: a cluster of complete or average linkage at
+    threshold t never spans two connected components (each merge at <= t joins clusters with a
+    pair within t, and merges above t come after every merge below it), so exact linkage inside
+    each component gives the exact clusters whenever the graph holds every pair within t.
+    A component above `component_max_size` rows is clustered by the partitioned path."""
+    from rlhf.pipeline.ann import components
+
+    n = len(x)
+    comp = components(n, i, j)
+    sizes = np.bincount(comp)
+    labels = comp.copy()  # a singleton component is its own cluster
+    next_id = int(comp.max()) + 1 if n else 0
+    info = ClusterInfo("index", close_pairs=len(i), components=int((sizes > 1).sum()),
+                       largest_component=int(sizes.max()) if n else 0)
+    multi = np.flatnonzero(sizes > 1)
+    if on_progress:
+        on_progress(int(n - sizes[multi].sum()))
+    if len(multi):
+        keys, groups = _grouped_by(comp[sizes[comp] > 1], np.flatnonzero(sizes[comp] > 1))
+        for _, idx in zip(keys, groups):
+            if len(idx) <= cfg.component_max_size:
+                local = exact_labels(x[idx], cfg.distance_threshold, cfg.linkage)
+            else:
+                info.fallback_components += 1
+                local, _ = partitioned_labels(x[idx], cfg.distance_threshold, cfg.linkage,
+                                              cfg.partition_size, cfg.merge_partitions, cfg.seed)
+            labels[idx] = local + next_id
+            next_id += int(local.max()) + 1
+            if on_progress:
+                on_progress(len(idx))
+    return _first_appearance(labels), info
+
+
 def cluster(x: np.ndarray, cfg: DedupConfig,
-            on_progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, ClusterInfo]:
-    """Cluster labels of unit rows: exact linkage up to `exact_max_size` rows, else partitioned."""
+            on_progress: Callable[[int], None] | None = None,
+            pairs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ClusterInfo]:
+    """Cluster labels of unit rows: exact linkage up to `exact_max_size` rows, else exact linkage
+    inside the components of the neighbour index's close-pair graph (`pairs` when the caller
+    found them itself, as the Ray engine does)."""
     if len(x) <= cfg.exact_max_size:
         labels = exact_labels(x, cfg.distance_threshold, cfg.linkage)
         if on_progress:
             on_progress(len(x))
         return labels, ClusterInfo("exact", 1, len(x))
-    return partitioned_labels(x, cfg.distance_threshold, cfg.linkage, cfg.partition_size,
-                              cfg.merge_partitions, cfg.seed, on_progress)
+    i, j = pairs if pairs is not None else close_pairs(x, cfg)
+    return component_labels(x, i, j, cfg, on_progress)
 
 
 def representatives(labels: np.ndarray, lengths: np.ndarray, keys: np.ndarray | None = None
@@ -522,6 +588,9 @@ class DedupResult:
             "max_distance_to_representative": round(self.max_distance, 6),
             "path": self.info.path, "partitions": self.info.partitions,
             "merge_candidates": self.info.merge_candidates, "merges": self.info.merges,
+            "close_pairs": self.info.close_pairs, "components": self.info.components,
+            "largest_component": self.info.largest_component,
+            "fallback_components": self.info.fallback_components,
             "distance_threshold": cfg.distance_threshold, "linkage": cfg.linkage,
             **self.embed, "topic_clusters": self.topic_clusters, "splits": self.splits,
         }
