@@ -99,19 +99,21 @@ class NeighbourIndex:
         return sims, ids.astype(np.int64)
 
     def pairs_of(self, rows: np.ndarray, threshold: float) -> tuple[np.ndarray, ...]:
-        """Pairs (i, j, similarity) with i in `rows`, j any row, i < j, cosine distance <= t."""
+        """Pairs (i, j, similarity), i < j, within cosine distance t, found by querying `rows`
+        (one of the two is in `rows`; a pair may come twice: `close_pairs` keeps each once)."""
         min_sim = 1.0 - threshold
         out_i, out_j, out_s = [], [], []
         for a in range(0, len(rows), QUERY_BLOCK):
             qi = rows[a:a + QUERY_BLOCK]
             lims, _, found = self.index.range_search(self.x[qi], min_sim - 1e-4)
             src = np.repeat(qi, np.diff(lims).astype(np.int64))
-            keep = src < found
+            keep = src != found
             src, found = src[keep], found[keep].astype(np.int64)
             sim = np.einsum("ij,ij->i", self.x[src], self.x[found])  # exact, float32
             ok = sim >= min_sim
-            out_i.append(src[ok])
-            out_j.append(found[ok])
+            # either member's probes may find the pair: both directions count
+            out_i.append(np.minimum(src[ok], found[ok]))
+            out_j.append(np.maximum(src[ok], found[ok]))
             out_s.append(sim[ok])
         if not out_i:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)

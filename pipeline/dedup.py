@@ -17,15 +17,17 @@ a cluster are further apart than the threshold, so every similar-library row is 
 representative. Average and single linkage are a parameter away (single chains unrelated prompts).
 
 Scale. Exact linkage needs the n(n-1)/2 condensed distance matrix (8 bytes each: 400 MB at 10k,
-40 GB at 100k). Above `exact_max_size` distinct texts the partitioned path runs instead (as
-SemDeDup and NeMo Curator do): spherical k-means into partitions of about `partition_size`,
-exact linkage inside each, then a merge step for clusters split by a partition boundary. For
-complete and average linkage two clusters can only merge when their normalised centroids are
-within the threshold (the mean of cross-pair similarities bounds the centroid similarity), so the
-merge step compares each cluster's centroid with the clusters of the partitions its members sit
-next to (each member's `merge_partitions` nearest other partitions) and merges a candidate pair
-when the linkage distance between the two member sets is within the threshold. Memory:
-O(n d + partition_size²); time: O(n partition_size d).
+40 GB at 100k). Above `exact_max_size` distinct texts the index path runs instead: a faiss IVF
+index (pipeline/ann.py) finds the pairs within the threshold (a range search per row), their graph
+splits the rows into connected components, and exact linkage runs inside each component. A
+complete- or average-linkage cluster at threshold t never spans two components (each merge at or
+below t joins clusters holding a pair within t), so the clusters equal exact linkage's whenever
+the index finds every pair within t: agreement with exact linkage is the index's recall, measured
+by bench/bench_dedup.py. A component above `component_max_size` rows (a chain of near neighbours)
+falls back to the partitioned path: spherical k-means into partitions of about `partition_size`,
+exact linkage inside each, then a merge step for clusters split by a partition boundary (two
+clusters can merge only when their normalised centroids are within the threshold; each cluster
+is compared with the clusters of its members' `merge_partitions` nearest other partitions).
 """
 
 from __future__ import annotations
@@ -175,16 +177,19 @@ def load_cache(cache_dir: Path, model_id: str) -> dict[str, np.ndarray]:
 
 
 def embed_with_cache(texts: dict[str, str], cfg: DedupConfig, cache_dir: str | Path | None,
-                     on_progress: Callable[[int], None] | None = None
-                     ) -> tuple[np.ndarray, dict[str, Any]]:
+                     on_progress: Callable[[int], None] | None = None,
+                     engine: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of {content_hash: text} in the dict's order; only hashes missing from the cache
-    (for this model id) are encoded, then appended to the cache as one new shard."""
+    (for this model id) are encoded (in this process, or by `engine.encode` on its workers), then
+    appended to the cache as one new shard."""
     _, model_id = resolve_model(cfg.model)
     hashes = list(texts)
     cached = load_cache(Path(cache_dir), model_id) if cache_dir else {}
     missing = [h for h in hashes if h not in cached]
     if missing:
-        vecs = encode([texts[h] for h in missing], cfg.model, cfg.batch_size, on_progress)
+        todo = [texts[h] for h in missing]
+        vecs = (engine.encode(todo, cfg, on_progress) if engine is not None
+                else encode(todo, cfg.model, cfg.batch_size, on_progress))
         if cache_dir:
             with ShardWriter("embeddings", cache_dir, rows_per_shard=cfg.rows_per_shard) as w:
                 for h, v in zip(missing, vecs):
@@ -598,8 +603,12 @@ class DedupResult:
 
 def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
               on_embed: Callable[[int], None] | None = None,
-              on_cluster: Callable[[int], None] | None = None) -> DedupResult:
-    """Read `prompts` under `store`, write `pool` and `similar` there (each swapped in whole)."""
+              on_cluster: Callable[[int], None] | None = None,
+              engine: Any = None) -> DedupResult:
+    """Read `prompts` under `store`, write `pool` and `similar` there (each swapped in whole).
+
+    `engine` (pipeline/dedup_ray.RayEngine) embeds and range-searches on Ray workers; the clusters
+    are the single-process path's."""
     store = Path(store)
     if not (store / "prompts").is_dir():
         raise DedupError(f"no prompts table under {store} (run `rlhf ingest` first)")
@@ -617,13 +626,15 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
     unique: dict[str, str] = {}
     for pid, text in zip(ids, texts):
         unique.setdefault(pid, text)
-    x, result.embed = embed_with_cache(unique, cfg, cache_dir, on_embed)
+    x, result.embed = embed_with_cache(unique, cfg, cache_dir, on_embed, engine)
     result.unique_texts = len(unique)
     # exact duplicates share a vector, so cluster distinct texts and map rows onto them
     # (identical for complete and single linkage)
     slot = {pid: i for i, pid in enumerate(unique)}
     row_to_u = np.fromiter((slot[p] for p in ids), np.int64, count=n)
-    labels_u, result.info = cluster(x, cfg, on_cluster) if len(x) else (np.zeros(0, np.int64),
+    pairs = engine.close_pairs(x, cfg) if engine is not None and len(x) > cfg.exact_max_size \
+        else None
+    labels_u, result.info = cluster(x, cfg, on_cluster, pairs) if len(x) else (np.zeros(0, np.int64),
                                                                         ClusterInfo("exact", 0))
     labels = _first_appearance(labels_u[row_to_u]) if n else np.zeros(0, np.int64)
     lengths = np.fromiter((len(t) for t in texts), np.int64, count=n)
