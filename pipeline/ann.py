@@ -86,12 +86,21 @@ class NeighbourIndex:
     def __len__(self) -> int:
         return len(self.x)
 
-    def search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(similarities, row ids), each (len(q), k), best first; id -1 where fewer were found."""
+    def search(self, q: np.ndarray, k: int, among: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(similarities, row ids), each (len(q), k), best first; id -1 where fewer were found.
+        `among` (row ids) restricts the answer to those rows (the scheduler's prompts that have
+        a reward history), filtered inside the index's scan."""
+        faiss = _faiss()
         if k < 1:
             raise ValueError("k must be >= 1")
         q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
-        sims, ids = self.index.search(q, min(k, len(self)))
+        kwargs = {}
+        if among is not None:
+            sel = faiss.IDSelectorBatch(np.ascontiguousarray(among, dtype=np.int64))
+            kwargs["params"] = (faiss.SearchParameters(sel=sel) if self.exact else
+                                faiss.SearchParametersIVF(sel=sel, nprobe=self.index.nprobe))
+        sims, ids = self.index.search(q, min(k, len(self)), **kwargs)
         if k > len(self):
             pad = k - len(self)
             sims = np.pad(sims, ((0, 0), (0, pad)), constant_values=-np.inf)

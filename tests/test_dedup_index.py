@@ -97,3 +97,19 @@ def test_index_params_are_checked():
         IndexParams(probe=0)
     with pytest.raises(ValueError, match="ann_probe"):
         DedupConfig(ann_probe=0)
+
+
+@pytest.mark.parametrize("exact_max_rows", [100_000, 0])
+def test_neighbour_search_among_a_subset(exact_max_rows):
+    x, groups = planted_unit_vectors(6000, seed=7)
+    index = NeighbourIndex.build(x, IndexParams(exact_max_rows=exact_max_rows, probe=64))
+    among = np.arange(0, 6000, 3)  # the rows with history
+    q = np.arange(60)
+    sims, ids = index.search(x[q], k=5, among=among)
+    assert np.isin(ids[ids >= 0], among).all()
+    brute = among[np.argsort(-(x[q] @ x[among].T), axis=1)[:, :5]]
+    # a query with a near-duplicate in the subset (itself included) gets it first
+    near = (x[q] @ x[among].T).max(axis=1) >= 0.65
+    assert near.sum() >= 20 and (ids[near, 0] == brute[near, 0]).all()
+    if exact_max_rows:
+        assert (ids == brute).all()  # a flat index: exactly the brute-force answer
