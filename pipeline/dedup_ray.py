@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class RayEngine:
     rows_per_task: int = 50_000
     stats: dict[str, Any] | None = None
 
-    def __enter__(self) -> RayEngine:
+    def __enter__(self) -> Self:
         ray = _ray()
         self._started = not ray.is_initialized()
         if self._started:
@@ -75,7 +75,7 @@ class RayEngine:
                       "address": self.address or "local"}
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._started:
             _ray().shutdown()
 

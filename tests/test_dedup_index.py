@@ -7,8 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rlhf.pipeline.ann import IndexParams, NeighbourIndex, components
-from rlhf.pipeline.dedup import (DedupConfig, cluster, component_labels, exact_labels,
-                                 kept_agreement, planted_unit_vectors)
+from rlhf.pipeline.dedup import (
+    DedupConfig,
+    cluster,
+    component_labels,
+    exact_labels,
+    kept_agreement,
+    planted_unit_vectors,
+)
 
 
 def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
@@ -101,11 +107,11 @@ def test_index_params_are_checked():
 
 @pytest.mark.parametrize("exact_max_rows", [100_000, 0])
 def test_neighbour_search_among_a_subset(exact_max_rows):
-    x, groups = planted_unit_vectors(6000, seed=7)
+    x, _ = planted_unit_vectors(6000, seed=7)
     index = NeighbourIndex.build(x, IndexParams(exact_max_rows=exact_max_rows, probe=64))
     among = np.arange(0, 6000, 3)  # the rows with history
     q = np.arange(60)
-    sims, ids = index.search(x[q], k=5, among=among)
+    _, ids = index.search(x[q], k=5, among=among)
     assert np.isin(ids[ids >= 0], among).all()
     brute = among[np.argsort(-(x[q] @ x[among].T), axis=1)[:, :5]]
     # a query with a near-duplicate in the subset (itself included) gets it first

@@ -11,8 +11,6 @@ from rlhf.store.io import read_table
 from test_ingest import write_world_sources
 from typer.testing import CliRunner
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[scale]')")
-
 
 def _tables(store):
     pool = read_table("pool", store / "pool").to_pylist()
@@ -23,6 +21,7 @@ def _tables(store):
 
 @pytest.mark.slow
 def test_ray_engine_gives_the_default_paths_clusters(tmp_path):
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[scale]')")
     from rlhf.pipeline.dedup_ray import RayEngine
 
     sources, _, _ = write_world_sources(tmp_path / "world", seed=5, n_lines=400)
@@ -46,3 +45,12 @@ def test_cli_engine_errors_are_one_line(tmp_path):
     out = CliRunner().invoke(app, ["dedup", "--store", str(tmp_path), "--engine", "spark"])
     assert out.exit_code == 2 and "--engine must be local or ray" in out.output
     assert "Traceback" not in out.output
+
+
+def test_cli_engine_ray_without_ray_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    out = CliRunner().invoke(app, ["dedup", "--store", str(tmp_path), "--engine", "ray"])
+    assert out.exit_code == 2 and "pip install -e '.[scale]'" in out.output
+    assert "Traceback" not in out.output and len(out.output.strip().splitlines()) == 1
