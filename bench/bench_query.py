@@ -135,12 +135,14 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
                 "tier": pa.array(tier),
                 "prompt_tokens": pa.array(rng.integers(5, 60, n, dtype=np.int32)),
                 "response_tokens": pa.array(rng.integers(10, 256, n, dtype=np.int32)),
+                "generated_tokens": pa.array(rng.integers(10, 256, n, dtype=np.int32)),
                 "kl": pa.array(rng.gamma(2.0, 0.02, n).astype(np.float32)),
                 "flags": pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(n_flags)]).astype(np.int32)),
                                                   pa.array(["pruned"] * int(n_flags.sum()), pa.string())),
                 "checkpoint_id": pa.array([f"{run}-{(s - 1) // 100 * 100}" for s in steps]),
                 "created_at": created,
-                "prompt_text": pa.nulls(n, pa.string()), "response_text": pa.nulls(n, pa.string())}))
+                "prompt_text": pa.nulls(n, pa.string()), "response_text": pa.nulls(n, pa.string()),
+                "rm_version": pa.array(np.where(tier == 0, None, [f"v{s // 1000}" for s in steps]))}))
             scored = tier > 0
             m = int(scored.sum())
             conf = rng.beta(6, 2, m).astype(np.float32)

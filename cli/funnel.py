@@ -77,8 +77,16 @@ def dedup(
     pool_embeddings_only: bool = typer.Option(
         False, "--pool-embeddings-only", help="Only (re)write pool_embeddings for the existing "
         "pool (the PPO rollout scheduler's input), through the same cache; no re-clustering."),
+    engine: str = typer.Option("local", "--engine", help="local (one process) or ray (embedding "
+                               "and range search on Ray workers; needs the `scale` extra)."),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (HOST:PORT "
+                                       "or 'auto'); default: a local cluster for this run."),
+    workers: int = typer.Option(2, "--workers", help="Ray engine: embedding actors and search "
+                                "tasks in flight."),
 ) -> None:
     """MiniLM embeddings + agglomerative dedup at cosine 0.35, similar library, topic clusters."""
+    from contextlib import nullcontext
+
     from rlhf.pipeline.dedup import DedupError, run_dedup, write_pool_embeddings
 
     cfg = load_config(params, "dedup")
@@ -90,15 +98,32 @@ def dedup(
         console.print(plain(f"pool_embeddings: {n:,} pool prompts ({cfg.model})"),
                       highlight=False)
         return
+    if engine not in ("local", "ray"):
+        fail(f"--engine must be local or ray, not {engine!r}")
+    if workers < 1:
+        fail("--workers must be >= 1")
+    scale = nullcontext(None)
+    if engine == "ray":
+        from rlhf.pipeline.dedup_ray import RayEngine, RayMissing, _ray
+
+        try:
+            _ray()
+        except RayMissing as exc:
+            fail(str(exc))
+        scale = RayEngine(address=address, workers=workers)
     try:
-        with bar("embedding new prompts", unit="prompts") as embed, \
+        with scale as eng, bar("embedding new prompts", unit="prompts") as embed, \
                 bar("clustering", unit="prompts") as cluster:
-            result = run_dedup(store, cfg, cache, on_embed=embed, on_cluster=cluster)
+            result = run_dedup(store, cfg, cache, on_embed=embed, on_cluster=cluster, engine=eng)
     except DedupError as exc:
         fail(str(exc))
+    except ConnectionError as exc:
+        fail(f"cannot reach the Ray cluster at {address}: {exc}")
     except OSError as exc:
         fail(f"I/O error: {exc}")
     m = result.metrics(cfg)
+    if engine == "ray":
+        m["ray"] = scale.stats
     write_metrics("dedup", m, metrics, report_path)
     console.print(plain(
         f"prompts {m['input_prompts']:,} ({m['unique_texts']:,} distinct) -> pool {m['kept']:,} + "

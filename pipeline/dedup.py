@@ -17,15 +17,17 @@ a cluster are further apart than the threshold, so every similar-library row is 
 representative. Average and single linkage are a parameter away (single chains unrelated prompts).
 
 Scale. Exact linkage needs the n(n-1)/2 condensed distance matrix (8 bytes each: 400 MB at 10k,
-40 GB at 100k). Above `exact_max_size` distinct texts the partitioned path runs instead (as
-SemDeDup and NeMo Curator do): spherical k-means into partitions of about `partition_size`,
-exact linkage inside each, then a merge step for clusters split by a partition boundary. For
-complete and average linkage two clusters can only merge when their normalised centroids are
-within the threshold (the mean of cross-pair similarities bounds the centroid similarity), so the
-merge step compares each cluster's centroid with the clusters of the partitions its members sit
-next to (each member's `merge_partitions` nearest other partitions) and merges a candidate pair
-when the linkage distance between the two member sets is within the threshold. Memory:
-O(n d + partition_size²); time: O(n partition_size d).
+40 GB at 100k). Above `exact_max_size` distinct texts the index path runs instead: a faiss IVF
+index (pipeline/ann.py) finds the pairs within the threshold (a range search per row), their graph
+splits the rows into connected components, and exact linkage runs inside each component. A
+complete- or average-linkage cluster at threshold t never spans two components (each merge at or
+below t joins clusters holding a pair within t), so the clusters equal exact linkage's whenever
+the index finds every pair within t: agreement with exact linkage is the index's recall, measured
+by bench/bench_dedup.py. A component above `component_max_size` rows (a chain of near neighbours)
+falls back to the partitioned path: spherical k-means into partitions of about `partition_size`,
+exact linkage inside each, then a merge step for clusters split by a partition boundary (two
+clusters can merge only when their normalised centroids are within the threshold; each cluster
+is compared with the clusters of its members' `merge_partitions` nearest other partitions).
 """
 
 from __future__ import annotations
@@ -59,9 +61,16 @@ class DedupConfig:
     # Cosine distance below which two prompts are near-duplicates (seed 000 §4.2: 0.35).
     distance_threshold: float = 0.35
     linkage: Literal["complete", "average", "single"] = "complete"
-    # Up to this many distinct texts, exact linkage over all of them; above it, partitions.
+    # Up to this many distinct texts, exact linkage over all of them; above it, the index path.
     exact_max_size: int = 10_000
-    # Target partition size of the scalable path (exact linkage cost: partition_size² per part).
+    # Index path: rows per inverted list of the faiss index and lists scanned per query
+    # (pipeline/ann.py); more probes, more close pairs found (bench/bench_dedup.py measures it).
+    ann_list_size: int = 32
+    ann_probe: int = 32
+    # Exact linkage inside a connected component of the close-pair graph up to this many rows;
+    # a larger component is clustered by the partitioned path below (stated in the metrics).
+    component_max_size: int = 5_000
+    # Target partition size of the partitioned path (exact linkage cost: partition_size² per part).
     partition_size: int = 2_000
     # Merge step: each cluster is compared with the clusters of this many nearest other partitions.
     merge_partitions: int = 8
@@ -77,8 +86,10 @@ class DedupConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.distance_threshold < 2.0:
             raise ValueError("distance_threshold must be in (0, 2) (cosine distance)")
-        if self.partition_size < 2 or self.exact_max_size < 2:
-            raise ValueError("partition_size and exact_max_size must be >= 2")
+        if self.partition_size < 2 or self.exact_max_size < 2 or self.component_max_size < 2:
+            raise ValueError("partition_size, exact_max_size and component_max_size must be >= 2")
+        if self.ann_list_size < 1 or self.ann_probe < 1:
+            raise ValueError("ann_list_size and ann_probe must be >= 1")
         if self.merge_partitions < 0 or self.topic_clusters < 1 or self.batch_size < 1:
             raise ValueError("merge_partitions >= 0, topic_clusters >= 1, batch_size >= 1")
         unknown = set(self.split_fractions) - set(SPLITS)
@@ -166,16 +177,19 @@ def load_cache(cache_dir: Path, model_id: str) -> dict[str, np.ndarray]:
 
 
 def embed_with_cache(texts: dict[str, str], cfg: DedupConfig, cache_dir: str | Path | None,
-                     on_progress: Callable[[int], None] | None = None
-                     ) -> tuple[np.ndarray, dict[str, Any]]:
+                     on_progress: Callable[[int], None] | None = None,
+                     engine: Any = None) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of {content_hash: text} in the dict's order; only hashes missing from the cache
-    (for this model id) are encoded, then appended to the cache as one new shard."""
+    (for this model id) are encoded (in this process, or by `engine.encode` on its workers), then
+    appended to the cache as one new shard."""
     _, model_id = resolve_model(cfg.model)
     hashes = list(texts)
     cached = load_cache(Path(cache_dir), model_id) if cache_dir else {}
     missing = [h for h in hashes if h not in cached]
     if missing:
-        vecs = encode([texts[h] for h in missing], cfg.model, cfg.batch_size, on_progress)
+        todo = [texts[h] for h in missing]
+        vecs = (engine.encode(todo, cfg, on_progress) if engine is not None
+                else encode(todo, cfg.model, cfg.batch_size, on_progress))
         if cache_dir:
             with ShardWriter("embeddings", cache_dir, rows_per_shard=cfg.rows_per_shard) as w:
                 for h, v in zip(missing, vecs):
@@ -305,11 +319,15 @@ def _centroids(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
 
 @dataclass
 class ClusterInfo:
-    path: str  # "exact" or "partitioned"
+    path: str  # "exact", "index" or "partitioned"
     partitions: int = 1
     largest_partition: int = 0
     merge_candidates: int = 0
     merges: int = 0
+    close_pairs: int = 0  # index path: pairs within the threshold the index found
+    components: int = 0  # connected components with more than one row
+    largest_component: int = 0
+    fallback_components: int = 0  # components above component_max_size (partitioned path)
 
 
 def partitioned_labels(x: np.ndarray, threshold: float, method: str, partition_size: int,
@@ -395,16 +413,69 @@ def _merge_boundaries(x: np.ndarray, labels: np.ndarray, part_of: np.ndarray,
     return roots[labels]
 
 
+def index_params(cfg: DedupConfig):
+    from rlhf.pipeline.ann import IndexParams
+
+    return IndexParams(list_size=cfg.ann_list_size, probe=cfg.ann_probe, seed=cfg.seed)
+
+
+def close_pairs(x: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) of every pair within the threshold that the neighbour index finds."""
+    from rlhf.pipeline.ann import NeighbourIndex
+
+    i, j, _ = NeighbourIndex.build(x, index_params(cfg)).close_pairs(cfg.distance_threshold)
+    return i, j
+
+
+def component_labels(x: np.ndarray, i: np.ndarray, j: np.ndarray, cfg: DedupConfig,
+                     on_progress: Callable[[int], None] | None = None
+                     ) -> tuple[np.ndarray, ClusterInfo]:
+    """Cluster labels from the close-pair graph: a cluster of complete or average linkage at
+    threshold t never spans two connected components (each merge at <= t joins clusters with a
+    pair within t, and merges above t come after every merge below it), so exact linkage inside
+    each component gives the exact clusters whenever the graph holds every pair within t.
+    A component above `component_max_size` rows is clustered by the partitioned path."""
+    from rlhf.pipeline.ann import components
+
+    n = len(x)
+    comp = components(n, i, j)
+    sizes = np.bincount(comp)
+    labels = comp.copy()  # a singleton component is its own cluster
+    next_id = int(comp.max()) + 1 if n else 0
+    info = ClusterInfo("index", close_pairs=len(i), components=int((sizes > 1).sum()),
+                       largest_component=int(sizes.max()) if n else 0)
+    multi = np.flatnonzero(sizes > 1)
+    if on_progress:
+        on_progress(int(n - sizes[multi].sum()))
+    if len(multi):
+        keys, groups = _grouped_by(comp[sizes[comp] > 1], np.flatnonzero(sizes[comp] > 1))
+        for _, idx in zip(keys, groups):
+            if len(idx) <= cfg.component_max_size:
+                local = exact_labels(x[idx], cfg.distance_threshold, cfg.linkage)
+            else:
+                info.fallback_components += 1
+                local, _ = partitioned_labels(x[idx], cfg.distance_threshold, cfg.linkage,
+                                              cfg.partition_size, cfg.merge_partitions, cfg.seed)
+            labels[idx] = local + next_id
+            next_id += int(local.max()) + 1
+            if on_progress:
+                on_progress(len(idx))
+    return _first_appearance(labels), info
+
+
 def cluster(x: np.ndarray, cfg: DedupConfig,
-            on_progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, ClusterInfo]:
-    """Cluster labels of unit rows: exact linkage up to `exact_max_size` rows, else partitioned."""
+            on_progress: Callable[[int], None] | None = None,
+            pairs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ClusterInfo]:
+    """Cluster labels of unit rows: exact linkage up to `exact_max_size` rows, else exact linkage
+    inside the components of the neighbour index's close-pair graph (`pairs` when the caller
+    found them itself, as the Ray engine does)."""
     if len(x) <= cfg.exact_max_size:
         labels = exact_labels(x, cfg.distance_threshold, cfg.linkage)
         if on_progress:
             on_progress(len(x))
         return labels, ClusterInfo("exact", 1, len(x))
-    return partitioned_labels(x, cfg.distance_threshold, cfg.linkage, cfg.partition_size,
-                              cfg.merge_partitions, cfg.seed, on_progress)
+    i, j = pairs if pairs is not None else close_pairs(x, cfg)
+    return component_labels(x, i, j, cfg, on_progress)
 
 
 def representatives(labels: np.ndarray, lengths: np.ndarray, keys: np.ndarray | None = None
@@ -522,6 +593,9 @@ class DedupResult:
             "max_distance_to_representative": round(self.max_distance, 6),
             "path": self.info.path, "partitions": self.info.partitions,
             "merge_candidates": self.info.merge_candidates, "merges": self.info.merges,
+            "close_pairs": self.info.close_pairs, "components": self.info.components,
+            "largest_component": self.info.largest_component,
+            "fallback_components": self.info.fallback_components,
             "distance_threshold": cfg.distance_threshold, "linkage": cfg.linkage,
             **self.embed, "topic_clusters": self.topic_clusters, "splits": self.splits,
         }
@@ -529,8 +603,12 @@ class DedupResult:
 
 def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
               on_embed: Callable[[int], None] | None = None,
-              on_cluster: Callable[[int], None] | None = None) -> DedupResult:
-    """Read `prompts` under `store`, write `pool` and `similar` there (each swapped in whole)."""
+              on_cluster: Callable[[int], None] | None = None,
+              engine: Any = None) -> DedupResult:
+    """Read `prompts` under `store`, write `pool` and `similar` there (each swapped in whole).
+
+    `engine` (pipeline/dedup_ray.RayEngine) embeds and range-searches on Ray workers; the clusters
+    are the single-process path's."""
     store = Path(store)
     if not (store / "prompts").is_dir():
         raise DedupError(f"no prompts table under {store} (run `rlhf ingest` first)")
@@ -548,13 +626,15 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
     unique: dict[str, str] = {}
     for pid, text in zip(ids, texts):
         unique.setdefault(pid, text)
-    x, result.embed = embed_with_cache(unique, cfg, cache_dir, on_embed)
+    x, result.embed = embed_with_cache(unique, cfg, cache_dir, on_embed, engine)
     result.unique_texts = len(unique)
     # exact duplicates share a vector, so cluster distinct texts and map rows onto them
     # (identical for complete and single linkage)
     slot = {pid: i for i, pid in enumerate(unique)}
     row_to_u = np.fromiter((slot[p] for p in ids), np.int64, count=n)
-    labels_u, result.info = cluster(x, cfg, on_cluster) if len(x) else (np.zeros(0, np.int64),
+    pairs = engine.close_pairs(x, cfg) if engine is not None and len(x) > cfg.exact_max_size \
+        else None
+    labels_u, result.info = cluster(x, cfg, on_cluster, pairs) if len(x) else (np.zeros(0, np.int64),
                                                                         ClusterInfo("exact", 0))
     labels = _first_appearance(labels_u[row_to_u]) if n else np.zeros(0, np.int64)
     lengths = np.fromiter((len(t) for t in texts), np.int64, count=n)
