@@ -77,7 +77,7 @@ def test_sigkill_then_resume_equals_uninterrupted_run(tmp_path):
     try:
         run(load_section(params, "ppo"), world["policy"], world["reward"], world["prompts"],
             tmp_path / "a", tmp_path / "rows_a", run_id="run", progress=False,
-            strong_reward=world["strong_reward"], rm_scores=tmp_path / "rm_a",
+            inputs={"strong_reward": world["strong_reward"]}, rm_scores=tmp_path / "rm_a",
             train_metrics=tmp_path / "tm_a")
     finally:
         torch.set_num_threads(threads)
