@@ -206,6 +206,11 @@ class PPOConfig:
     resample_sigma: float = 1.0
     resample_low_frac: float = 0.25
     resample_max_share: float = 0.25
+    # --- rollout engine ---
+    # pipeline/generation.py get_generator: "hf" (model.generate: every row lives until the
+    # batch's last one ends), "native" (pipeline/engine.py: a stopped row leaves the batch, and
+    # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
+    engine: Literal["hf", "native", "vllm"] = "hf"
 
     def __post_init__(self) -> None:
         # YAML gives lists; keep the table hashable and immutable like the rest of the config
