@@ -142,6 +142,8 @@ class Generated:
     logprobs: object = None
     entropy: object = None
     logits: object = None
+    drafted: int = 0            # tokens a drafter proposed (pipeline/drafters.py)
+    accepted: int = 0           # of those, accepted by the verification rule
 
     @property
     def tokens(self):
