@@ -170,3 +170,25 @@ def test_unknown_and_missing_engines_are_one_line_errors():
     except ImportError:
         with pytest.raises(ConfigError, match="gpu"):
             get_generator("vllm")
+
+
+def test_lookup_drafts_through_generate_rollout_are_counted_and_still_skip_the_pass(world):
+    tok, model = world
+    ref = policy(tok, seed=5)
+    cfg = PPOConfig(engine="native", draft="lookup", draft_k=3, temperature=0.8, top_p=0.95,
+                    max_new_tokens=8, max_prompt_tokens=16, kl_estimator="k3")
+    torch.manual_seed(2)
+    cost = StepCost()
+    r = generate_rollout(model, tok, [(f"p{i}", p) for i, p in enumerate(PROMPTS[:6])], cfg,
+                         "v0", "cpu", cost=cost)
+    assert cost.drafted_tokens > 0 and 0 <= cost.accepted_tokens <= cost.drafted_tokens
+    sampled = r.extras["sampled"]["logprobs"]
+    forward_logprobs(model, ref, r, cfg, cost)
+    assert cost.logprob_passes_saved == 1
+    lp = token_logprobs(policy_logits(model, r, cfg.temperature), r.response) * r.response_mask
+    assert (sampled - lp).abs().max() < TOLERANCE
+
+
+def test_drafts_need_the_native_engine():
+    with pytest.raises(ConfigError, match="needs ppo.engine: native"):
+        PPOConfig(draft="lookup")

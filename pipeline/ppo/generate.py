@@ -16,6 +16,8 @@ import torch
 from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, get_generator,
                                       pad_responses, response_logits, token_entropy,
                                       token_logprobs)
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.drafters import drafted_generate, get_drafter
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.text import response_of
@@ -30,10 +32,15 @@ def sampling_of(cfg) -> Sampling:
 
 @torch.no_grad()
 def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str, device,
-                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None) -> Rollout:
+                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None,
+                     drafter=None) -> Rollout:
     """Sample one response per (prompt_id, text); rows that timed out unfinished or failed
     become the fallback response with `valid=False` (no gradient, no score). `cost`
-    (accounting.StepCost): the generation's forwards and token-forwards are added to it."""
+    (accounting.StepCost): the generation's forwards and token-forwards are added to it.
+
+    `ppo.draft: lookup` drafts through `drafter` (the trainer's, whose history carries across
+    steps; a fresh one when None) while no hook adds logits processors or stopping criteria
+    (their per-token calls do not line up with verified drafts: then plain native decoding)."""
     from transformers import MaxTimeCriteria
 
     engine = get_generator(getattr(cfg, "engine", "hf"))
@@ -51,13 +58,27 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
         stops += s
     started = time.monotonic()
     try:
+        draft = getattr(cfg, "draft", "none")
+        if draft == "reuse":
+            raise ConfigError("ppo.draft 'reuse' needs the prompts' stored old responses, "
+                              "which the trainer does not pass yet; use 'lookup' or 'none'")
+        plain = len(processors) == 0 and len(stops) == 1  # only the timeout
+        if draft != "none" and cost is not None and not plain:
+            cost.count("draft_off_for_hooks")
         with rollout_dropout(model, cfg):
-            made = engine.generate(model, tok, enc, sampling_of(cfg), logits_processors=processors,
-                                   stopping_criteria=stops, keep_logits=cfg.kl_estimator == "full")
+            if draft != "none" and plain:
+                drafter = drafter or get_drafter(draft)
+                made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k)
+            else:
+                made = engine.generate(model, tok, enc, sampling_of(cfg),
+                                       logits_processors=processors, stopping_criteria=stops,
+                                       keep_logits=cfg.kl_estimator == "full")
         gen = made.tokens.cpu().tolist()
         if cost is not None:  # hf: every row stays in the batch until the last ends; native:
             cost.gen_forwards += made.forwards  # a stopped row leaves it
             cost.gen_token_forwards += made.token_forwards
+            cost.drafted_tokens += made.drafted
+            cost.accepted_tokens += made.accepted
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False
