@@ -21,7 +21,6 @@ import time
 import types
 
 import torch
-
 from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
 from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
 
@@ -83,10 +82,10 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(args.policy).eval()
         tok = AutoTokenizer.from_pretrained(args.policy)
         texts = [f"tell me about item {i}" for i in range(max(args.batches))]
-        make = lambda b, s: dict(encode_prompts(tok, texts[:b]))  # noqa: E731
+        make = lambda b, s: dict(encode_prompts(tok, texts[:b]))
     else:
         model, tok = tiny_policy()
-        make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)  # noqa: E731
+        make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
     print(f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens} "
           f"T={args.temperature} top_p={args.top_p} draft_k={args.draft_k} "

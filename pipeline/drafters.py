@@ -35,7 +35,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-
 from rlhf.pipeline.generation import Generated, Sampling, position_ids
 
 DRAFTS = ("none", "lookup", "reuse")
@@ -137,7 +136,7 @@ def get_drafter(name: str) -> Drafter | None:
 
 @torch.no_grad()
 def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter, k: int = 4,
-                     *, suppress_pad: bool = True) -> Generated:
+                     *, suppress_pad: bool = True, keep_logits: bool = False) -> Generated:
     """Native decoding with drafts verified by `drafter.accept` (module docstring). No logits
     processors or stopping criteria beyond eos and max_new_tokens (their per-step calls do not
     line up with several tokens a forward). Returns `Generated` with `drafted` / `accepted`."""
@@ -168,12 +167,15 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     gen: list[list[int]] = [[] for _ in range(B)]
     lp: list[list[float]] = [[] for _ in range(B)]
     ent: list[list[float]] = [[] for _ in range(B)]
+    kept: list[list] = [[] for _ in range(B)]  # raw logits / temperature (keep_logits)
 
     def scored(raw):  # [..., V] -> (log-probs of the trainer's definition, entropies), as lists
         logp = torch.log_softmax(raw.float() / (temp + 1e-7), -1)
         return logp.tolist(), (-(logp.exp() * logp).nansum(-1)).tolist()
 
-    def emit(i, tok, logp_row, ent_row):
+    def emit(i, tok, logp_row, ent_row, raw_row):
+        if keep_logits:
+            kept[i].append(raw_row.float() / (temp + 1e-7))
         gen[i].append(tok)
         lp[i].append(logp_row[tok])
         ent[i].append(ent_row)
@@ -186,7 +188,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     first = torch.multinomial(target(raw0), 1).squeeze(1).tolist()
     lp0, ent0 = scored(raw0)
     for i in range(B):
-        emit(i, first[i], lp0[i], ent0[i])
+        emit(i, first[i], lp0[i], ent0[i], raw0[i])
     live = [i for i in range(B) if not (first[i] == eos or budget <= 1)]
     keep = torch.tensor(live, dtype=torch.long, device=dev)
     cache.batch_select_indices(keep)
@@ -220,7 +222,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
             a, stop = 0, False
             for j, x in enumerate(d):
                 if drafter.accept(p_draft[r][j], i, len(gen[i]), uniforms[r][j]):
-                    emit(i, x, logp[r][j], ents[r][j])
+                    emit(i, x, logp[r][j], ents[r][j], raw[r, j])
                     a += 1
                     if x == eos:
                         stop = True
@@ -232,12 +234,12 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
                     rest = rest / rest.sum() if rest.sum() > 0 else p[r, j]
                 else:               # SPEC-RL: a fresh sample from p at the first rejection
                     rest = p[r, j]
-                emit(i, int(torch.multinomial(rest, 1)), logp[r][j], ents[r][j])
+                emit(i, int(torch.multinomial(rest, 1)), logp[r][j], ents[r][j], raw[r, j])
                 break
             else:
                 if not stop:  # every draft accepted: one more token from the last position
                     emit(i, int(torch.multinomial(p[r, len(d)], 1)), logp[r][len(d)],
-                         ents[r][len(d)])
+                         ents[r][len(d)], raw[r, len(d)])
             accepted += a
             n_acc.append(a)
             slots = torch.zeros(1 + K, dtype=live_mask.dtype, device=dev)
@@ -255,6 +257,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         if eos in gen[i]:
             cut = gen[i].index(eos) + 1
             gen[i], lp[i], ent[i] = gen[i][:cut], lp[i][:cut], ent[i][:cut]
+            kept[i] = kept[i][:cut]
     T = max(len(g) for g in gen)
     seq = torch.full((B, P + T), fill, dtype=torch.long, device=dev)
     seq[:, :P] = ids
@@ -263,7 +266,13 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         n = len(gen[i])
         seq[i, P: P + n] = torch.tensor(gen[i], device=dev)
         logprobs[i, :n], entropy[i, :n] = torch.tensor(lp[i]), torch.tensor(ent[i])
+    logits = None
+    if keep_logits:
+        logits = torch.zeros(B, T, raw0.shape[-1], device=dev)
+        for i in range(B):
+            logits[i, : len(kept[i])] = torch.stack(kept[i])
     drafter.observe(gen)
     return Generated(sequences=seq, prompt_len=P, forwards=forwards,
                      token_forwards=token_forwards, batch_sizes=batch_sizes,
-                     logprobs=logprobs, entropy=entropy, drafted=drafted, accepted=accepted)
+                     logprobs=logprobs, entropy=entropy, logits=logits, drafted=drafted,
+                     accepted=accepted)

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-
 from rlhf.pipeline.generation import Generated, Sampling, position_ids
 
 

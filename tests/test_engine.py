@@ -7,14 +7,18 @@ from __future__ import annotations
 import pytest
 import torch
 from ppo_tiny import PROMPTS, policy, tokenizer
-from transformers import LogitsProcessor, StoppingCriteria
-
 from rlhf.pipeline.config import ConfigError
-from rlhf.pipeline.generation import (Sampling, encode_prompts, get_generator, token_entropy,
-                                      token_logprobs)
+from rlhf.pipeline.generation import (
+    Sampling,
+    encode_prompts,
+    get_generator,
+    token_entropy,
+    token_logprobs,
+)
 from rlhf.pipeline.ppo.accounting import StepCost
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.generate import forward_logprobs, generate_rollout, policy_logits
+from transformers import LogitsProcessor, StoppingCriteria
 
 # float32 on CPU: the cached decode and the one-pass forward differ by summation order only
 TOLERANCE = 1e-4
@@ -71,7 +75,7 @@ def test_greedy_native_equals_hf_with_eos_a_stopped_row_and_left_padding(world):
     tok, model = world
     enc = encode_prompts(tok, PROMPTS[:6])
     assert (enc["attention_mask"] == 0).any()  # rows of different lengths: real left padding
-    hooks = lambda: ([ForceAt(0, 2, tok.eos_token_id)], [StopRowAfter(3, 4)])  # noqa: E731
+    hooks = lambda: ([ForceAt(0, 2, tok.eos_token_id)], [StopRowAfter(3, 4)])
     hf, nat = both(model, tok, enc, Sampling(0.0, 1.0, 9), hooks)
     assert hf.sequences.tolist() == nat.sequences.tolist()
     assert nat.tokens[0, 2] == tok.eos_token_id and (nat.tokens[0, 3:] == tok.pad_token_id).all()
@@ -89,14 +93,14 @@ def test_greedy_native_equals_hf_at_max_new_tokens_and_when_all_rows_stop(world)
     enc = encode_prompts(tok, PROMPTS[3:7])
     hf, nat = both(model, tok, enc, Sampling(0.0, 1.0, 3))
     assert hf.sequences.tolist() == nat.sequences.tolist() and nat.tokens.shape[1] == 3
-    hooks = lambda: ([ForceAt(r, 1, tok.eos_token_id) for r in range(4)], [])  # noqa: E731
+    hooks = lambda: ([ForceAt(r, 1, tok.eos_token_id) for r in range(4)], [])
     hf, nat = both(model, tok, enc, Sampling(0.0, 1.0, 8), hooks)
     assert hf.sequences.tolist() == nat.sequences.tolist() and nat.tokens.shape[1] == 2
     assert nat.forwards == 2 and nat.batch_sizes == [4, 4]
 
 
 def test_suppress_pad_in_both_engines(world):
-    tok, base = world
+    tok, _ = world
     model = policy(tok)
     enc = encode_prompts(tok, PROMPTS[:4])
     with torch.no_grad():  # make pad the model's favourite token at every position
@@ -172,11 +176,12 @@ def test_unknown_and_missing_engines_are_one_line_errors():
             get_generator("vllm")
 
 
-def test_lookup_drafts_through_generate_rollout_are_counted_and_still_skip_the_pass(world):
+@pytest.mark.parametrize("kl", ["full", "k3"])
+def test_lookup_drafts_through_generate_rollout_are_counted_and_still_skip_the_pass(world, kl):
     tok, model = world
     ref = policy(tok, seed=5)
     cfg = PPOConfig(engine="native", draft="lookup", draft_k=3, temperature=0.8, top_p=0.95,
-                    max_new_tokens=8, max_prompt_tokens=16, kl_estimator="k3")
+                    max_new_tokens=8, max_prompt_tokens=16, kl_estimator=kl)
     torch.manual_seed(2)
     cost = StepCost()
     r = generate_rollout(model, tok, [(f"p{i}", p) for i, p in enumerate(PROMPTS[:6])], cfg,
@@ -187,6 +192,9 @@ def test_lookup_drafts_through_generate_rollout_are_counted_and_still_skip_the_p
     assert cost.logprob_passes_saved == 1
     lp = token_logprobs(policy_logits(model, r, cfg.temperature), r.response) * r.response_mask
     assert (sampled - lp).abs().max() < TOLERANCE
+    kl_saved = r.kl.clone()
+    forward_logprobs(model, ref, r, cfg, StepCost())  # no engine log-probs left: the full pass
+    assert (kl_saved - r.kl).abs().max() < TOLERANCE
 
 
 def test_drafts_need_the_native_engine():

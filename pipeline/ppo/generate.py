@@ -12,12 +12,18 @@ import contextlib
 import time
 
 import torch
-
-from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, get_generator,
-                                      pad_responses, response_logits, token_entropy,
-                                      token_logprobs)
 from rlhf.pipeline.config import ConfigError
 from rlhf.pipeline.drafters import drafted_generate, get_drafter
+from rlhf.pipeline.generation import (
+    Sampling,
+    cut_at_eos,
+    encode_prompts,
+    get_generator,
+    pad_responses,
+    response_logits,
+    token_entropy,
+    token_logprobs,
+)
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.text import response_of
@@ -47,7 +53,6 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     made = None
     ids, texts = [b[0] for b in batch], [b[1] for b in batch]
     enc = encode_prompts(tok, texts, cfg.max_prompt_tokens).to(device)
-    P = enc["input_ids"].shape[1]
     flags: list[list[str]] = [[] for _ in texts]
     processors, stops = [], [MaxTimeCriteria(cfg.generation_timeout_s)]
     for h in hooks:
@@ -68,7 +73,8 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
         with rollout_dropout(model, cfg):
             if draft != "none" and plain:
                 drafter = drafter or get_drafter(draft)
-                made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k)
+                made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k,
+                                        keep_logits=cfg.kl_estimator == "full")
             else:
                 made = engine.generate(model, tok, enc, sampling_of(cfg),
                                        logits_processors=processors, stopping_criteria=stops,
