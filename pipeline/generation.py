@@ -120,3 +120,104 @@ def pad_responses(rows: Sequence[Sequence[int]], pad: int):
             out[i, : len(r)] = torch.tensor(list(r))
     mask = torch.arange(T)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
     return out, mask
+
+
+# ------------------------------------------------------------------ engines
+@dataclass
+class Generated:
+    """What an engine returns for one batch: `sequences` [B, P + T] (prompt, then the generated
+    tokens, pad after a row stopped), the counted compute, and, where the engine has them, the
+    per-token log-probs of the sampled tokens ([B, T]; positions after a row's stop hold 0):
+    `sampled_logprobs` under the distribution actually sampled (after the processors,
+    temperature and top-p), `logprobs` / `entropy` under the trainer's old-log-prob definition
+    (full-vocabulary softmax of the raw logits / temperature) and optionally those `logits`
+    [B, T, V]."""
+
+    sequences: object
+    prompt_len: int
+    forwards: int               # sequential policy forwards (prefill + decode steps)
+    token_forwards: int         # token positions pushed through the policy
+    batch_sizes: list           # rows in each forward
+    sampled_logprobs: object = None
+    logprobs: object = None
+    entropy: object = None
+    logits: object = None
+    drafted: int = 0            # tokens a drafter proposed (pipeline/drafters.py)
+    accepted: int = 0           # of those, accepted by the verification rule
+
+    @property
+    def tokens(self):
+        """[B, T] the generated part of `sequences`."""
+        return self.sequences[:, self.prompt_len:]
+
+
+class Generator:
+    """An engine: left-padded prompts `enc` + `Sampling` + per-sequence hooks -> `Generated`.
+
+    The seam every sampling stage goes through (`get_generator(name)`). An engine that holds
+    its own copy of the weights (vLLM) gets them through `sync_weights(model)` before a step's
+    generation; the in-process engines read `model` directly and do nothing there."""
+
+    name = "base"
+    has_logprobs = False  # whether `Generated.logprobs` comes back (the old-log-prob pass)
+
+    def sync_weights(self, model) -> None:
+        return None
+
+    def generate(self, model, tokenizer, enc, sampling: Sampling, *,
+                 logits_processors: Sequence = (), stopping_criteria: Sequence = (),
+                 suppress_pad: bool = True, keep_logits: bool = False) -> Generated:
+        raise NotImplementedError
+
+
+class HFGenerator(Generator):
+    """`model.generate`: every row stays in the batch until the batch's last row ends."""
+
+    name = "hf"
+
+    def generate(self, model, tokenizer, enc, sampling, *, logits_processors=(),
+                 stopping_criteria=(), suppress_pad=True, keep_logits=False) -> Generated:
+        out = generate(model, tokenizer, enc, sampling, logits_processors=logits_processors,
+                       stopping_criteria=stopping_criteria, suppress_pad=suppress_pad).sequences
+        P = enc["input_ids"].shape[1]
+        steps = out.shape[1] - P
+        return Generated(sequences=out, prompt_len=P, forwards=steps,
+                         token_forwards=out.shape[0] * (P + max(steps - 1, 0)),
+                         batch_sizes=[out.shape[0]] * steps)
+
+
+class NativeGenerator(Generator):
+    """Our decode loop (pipeline/engine.py): stopped rows leave the batch; log-probs returned."""
+
+    name = "native"
+    has_logprobs = True
+
+    def generate(self, model, tokenizer, enc, sampling, *, logits_processors=(),
+                 stopping_criteria=(), suppress_pad=True, keep_logits=False) -> Generated:
+        from rlhf.pipeline.engine import native_generate
+
+        return native_generate(model, tokenizer, enc, sampling,
+                               logits_processors=logits_processors,
+                               stopping_criteria=stopping_criteria, suppress_pad=suppress_pad,
+                               keep_logits=keep_logits)
+
+
+ENGINES = ("hf", "native", "vllm")
+
+
+def get_generator(name: str) -> Generator:
+    """The engine called `name` (one of ENGINES); a one-line error otherwise."""
+    from rlhf.pipeline.config import ConfigError
+
+    if name == "hf":
+        return HFGenerator()
+    if name == "native":
+        return NativeGenerator()
+    if name == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise ConfigError("engine 'vllm' needs vLLM, which is not installed (GPU machines "
+                              "only: the `gpu` extra, pip install -e '.[gpu]', plus vllm)") from None
+        raise ConfigError("engine 'vllm' is not built yet; use 'native' or 'hf'")
+    raise ConfigError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")

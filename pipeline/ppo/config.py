@@ -220,6 +220,16 @@ class PPOConfig:
     # at most `dynamic_sampling_rounds` refills a step (every token generated is counted)
     dynamic_sampling_on: bool = False
     dynamic_sampling_rounds: int = 3
+    # --- rollout engine ---
+    # pipeline/generation.py get_generator: "hf" (model.generate: every row lives until the
+    # batch's last one ends), "native" (pipeline/engine.py: a stopped row leaves the batch, and
+    # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
+    engine: Literal["hf", "native", "vllm"] = "hf"
+    # pipeline/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
+    # responses, verified exactly), "reuse" (SPEC-RL's rule on stored old responses: an arm,
+    # not exact); up to `draft_k` drafted tokens per row and forward
+    draft: Literal["none", "lookup", "reuse"] = "none"
+    draft_k: int = 4
     # the keys of features registered outside this class ((key, value) pairs; `with_values`)
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -278,6 +288,11 @@ class PPOConfig:
                      "csv_every", "critic_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.draft != "none" and self.engine != "native":  # --- rollout engine ---
+            raise ConfigError(f"ppo.draft {self.draft!r} needs ppo.engine: native, "
+                              f"got {self.engine!r}")
+        if self.draft_k < 1:
+            raise ConfigError(f"ppo.draft_k must be >= 1, got {self.draft_k}")
         if self.gradient_accumulation_steps < 1:
             raise ConfigError(f"ppo.gradient_accumulation_steps must be >= 1, "
                               f"got {self.gradient_accumulation_steps}")

@@ -12,10 +12,18 @@ import contextlib
 import time
 
 import torch
-
-from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, generate,
-                                      pad_responses, response_logits, token_entropy,
-                                      token_logprobs)
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.drafters import drafted_generate, get_drafter
+from rlhf.pipeline.generation import (
+    Sampling,
+    cut_at_eos,
+    encode_prompts,
+    get_generator,
+    pad_responses,
+    response_logits,
+    token_entropy,
+    token_logprobs,
+)
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.pipeline.text import response_of
@@ -30,15 +38,21 @@ def sampling_of(cfg) -> Sampling:
 
 @torch.no_grad()
 def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str, device,
-                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None) -> Rollout:
+                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None,
+                     drafter=None) -> Rollout:
     """Sample one response per (prompt_id, text); rows that timed out unfinished or failed
     become the fallback response with `valid=False` (no gradient, no score). `cost`
-    (accounting.StepCost): the generation's forwards and token-forwards are added to it."""
+    (accounting.StepCost): the generation's forwards and token-forwards are added to it.
+
+    `ppo.draft: lookup` drafts through `drafter` (the trainer's, whose history carries across
+    steps; a fresh one when None) while no hook adds logits processors or stopping criteria
+    (their per-token calls do not line up with verified drafts: then plain native decoding)."""
     from transformers import MaxTimeCriteria
 
+    engine = get_generator(getattr(cfg, "engine", "hf"))
+    made = None
     ids, texts = [b[0] for b in batch], [b[1] for b in batch]
     enc = encode_prompts(tok, texts, cfg.max_prompt_tokens).to(device)
-    P = enc["input_ids"].shape[1]
     flags: list[list[str]] = [[] for _ in texts]
     processors, stops = [], [MaxTimeCriteria(cfg.generation_timeout_s)]
     for h in hooks:
@@ -49,14 +63,28 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
         stops += s
     started = time.monotonic()
     try:
+        draft = getattr(cfg, "draft", "none")
+        if draft == "reuse":
+            raise ConfigError("ppo.draft 'reuse' needs the prompts' stored old responses, "
+                              "which the trainer does not pass yet; use 'lookup' or 'none'")
+        plain = len(processors) == 0 and len(stops) == 1  # only the timeout
+        if draft != "none" and cost is not None and not plain:
+            cost.count("draft_off_for_hooks")
         with rollout_dropout(model, cfg):
-            out = generate(model, tok, enc, sampling_of(cfg), logits_processors=processors,
-                           stopping_criteria=stops).sequences
-        gen = out[:, P:].cpu().tolist()
-        if cost is not None:  # model.generate: every row stays in the batch until the last ends
-            steps = out.shape[1] - P
-            cost.gen_forwards += steps
-            cost.gen_token_forwards += out.shape[0] * (P + max(steps - 1, 0))
+            if draft != "none" and plain:
+                drafter = drafter or get_drafter(draft)
+                made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k,
+                                        keep_logits=cfg.kl_estimator == "full")
+            else:
+                made = engine.generate(model, tok, enc, sampling_of(cfg),
+                                       logits_processors=processors, stopping_criteria=stops,
+                                       keep_logits=cfg.kl_estimator == "full")
+        gen = made.tokens.cpu().tolist()
+        if cost is not None:  # hf: every row stays in the batch until the last ends; native:
+            cost.gen_forwards += made.forwards  # a stopped row leaves it
+            cost.gen_token_forwards += made.token_forwards
+            cost.drafted_tokens += made.drafted
+            cost.accepted_tokens += made.accepted
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False
@@ -89,9 +117,27 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
                 query_mask=enc["attention_mask"], response=resp.to(device),
                 response_mask=resp_mask.to(device), valid=torch.tensor(valid, device=device),
                 flags=flags, policy_version=version, extras={"generated_tokens": generated})
+    attach_sampled(r, made, cfg)
     for h in hooks:
         h.finish(r)
     return r
+
+
+def attach_sampled(r: Rollout, made, cfg) -> None:
+    """Keep the engine's per-token old log-probs (entropy, logits) in `r.extras["sampled"]`
+    when they are the trainer's old-log-prob pass: the engine returned them, dropout was off
+    while sampling (the pass runs the policy in eval mode) and every row is its own sample (a
+    fallback row's tokens were never sampled). `forward_logprobs` then skips that pass, unless a
+    hook has changed the responses since (it compares them)."""
+    if made is None or made.logprobs is None or cfg.rollout_dropout_on or not bool(r.valid.all()):
+        return
+    T = r.response.shape[1]
+    dev, m = r.response.device, r.response_mask
+    out = {"logprobs": made.logprobs[:, :T].to(dev) * m, "entropy": made.entropy[:, :T].to(dev) * m}
+    out["response"], out["response_mask"] = r.response.clone(), m.clone()
+    if made.logits is not None:
+        out["logits"] = made.logits[:, :T].to(dev)
+    r.extras["sampled"] = out
 
 
 def rollout_dropout(model, cfg):
@@ -132,16 +178,29 @@ def policy_logits(model, r: Rollout, temperature: float, idx: torch.Tensor | Non
 def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None) -> None:
     """Old and reference log-probs, entropy and per-token KL, all from full distributions.
     `cost`: the two passes' token-forwards are added to it."""
-    logits = policy_logits(policy, r, cfg.temperature)
+    sampled = r.extras.pop("sampled", None)
+    if sampled is not None and cfg.kl_estimator == "full" and "logits" not in sampled:
+        sampled = None  # the exact KL needs the policy's full distributions
+    if sampled is not None and not (torch.equal(sampled["response"], r.response)
+                                    and torch.equal(sampled["response_mask"], r.response_mask)):
+        sampled = None  # a hook rewrote responses after sampling (resampling, truncation)
+    positions = r.query.shape[0] * (r.query.shape[1] + r.response.shape[1])
     ref_logits = policy_logits(ref, r, cfg.temperature)
+    if sampled is None:
+        logits = policy_logits(policy, r, cfg.temperature)
+        r.logprobs, r.entropy = token_logprobs(logits, r.response), token_entropy(logits)
+    else:  # the engine's sampled distribution is this pass (tests/test_engine.py: within 1e-4)
+        logits = sampled.get("logits")
+        r.logprobs, r.entropy = sampled["logprobs"], sampled["entropy"]
     if cost is not None:
-        positions = r.query.shape[0] * (r.query.shape[1] + r.response.shape[1])
-        cost.logprob_token_forwards += positions
+        if sampled is None:
+            cost.logprob_token_forwards += positions
+        else:
+            cost.logprob_passes_saved += 1
         cost.ref_token_forwards += positions
-    core.check_full_distribution(torch.log_softmax(logits[:1], -1), logits.shape[-1])
-    r.logprobs = token_logprobs(logits, r.response)
+    if logits is not None:
+        core.check_full_distribution(torch.log_softmax(logits[:1], -1), logits.shape[-1])
     r.ref_logprobs = token_logprobs(ref_logits, r.response)
-    r.entropy = token_entropy(logits)
     if cfg.kl_estimator == "full":
         kl = core.full_kl(logits, ref_logits)  # §5.4: exact, over the whole vocabulary
     else:

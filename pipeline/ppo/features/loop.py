@@ -39,3 +39,12 @@ register(Feature("reward_attention", {"reward_attention_on": False},
                  params=("reward_attention_high", "reward_attention_low",
                          "reward_attention_frac"),
                  modules=("pipeline/ppo/critic.py",)))
+register(Feature("native_engine", {"engine": "hf"},
+                 help="our own decode loop: a stopped row leaves the batch, and the sampled "
+                      "log-probs replace the old-log-prob pass (the same distribution)",
+                 modules=("pipeline/engine.py", "pipeline/generation.py",
+                          "pipeline/ppo/generate.py")))
+register(Feature("drafts", {"draft": "none"},
+                 help="drafted tokens verified in one forward: lookup (exact), reuse (SPEC-RL's "
+                      "rule, not exact)", params=("draft_k",),
+                 modules=("pipeline/drafters.py", "pipeline/engine.py")))

@@ -1,0 +1,126 @@
+"""Rollout engine benchmark: hf (model.generate), native (stopped rows leave the batch) and
+native + each drafter, on one policy; counted compute per 1,000 generated tokens first, then
+seconds (variants interleaved, `--repeats` rounds, median and min-max).
+
+    RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py --batches 16 64 \
+        --repeats 5 --max-new-tokens 48                       # a tiny random Llama built here
+    .venv/bin/python bench/engine.py --policy artifacts/sft   # a saved policy folder
+
+Counts: `forwards` = sequential policy forwards; `row_fwd` = rows summed over those forwards
+(what a finished row still costs under hf); `tok_fwd` = token positions pushed through the
+policy (prefill, decode, verification); all per 1,000 generated tokens. `accept` = accepted /
+drafted tokens. `reuse` drafts the prompt's previous native response with its stored log-probs
+(SPEC-RL's rule: not exact, an arm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import types
+
+import torch
+from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
+from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
+
+VARIANTS = ("hf", "native", "native+lookup", "native+reuse")
+
+
+def tiny_policy(vocab: int = 256, eos: int = 2, stop_bias: float = 2.5, seed: int = 0):
+    """A random 2-layer Llama whose eos logit is raised so responses end at varied lengths."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=eos, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        probe = torch.randint(3, vocab, (32, 16))
+        h = model(probe, output_hidden_states=True).hidden_states[-1].mean((0, 1))
+        model.lm_head.weight[eos] += stop_bias * h / h.norm() ** 2
+    tok = types.SimpleNamespace(pad_token_id=0, eos_token_id=eos)
+    return model, tok
+
+
+def prompts_of(tok, batch: int, vocab: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, 17, (batch,), generator=g)
+    P = int(lengths.max())
+    ids = torch.zeros(batch, P, dtype=torch.long)
+    mask = torch.zeros(batch, P, dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):  # left padded
+        ids[i, P - n:] = torch.randint(3, vocab, (n,), generator=g)
+        mask[i, P - n:] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def run(variant, model, tok, enc, sampling, k, old):
+    if variant in ("hf", "native"):
+        return get_generator(variant).generate(model, tok, enc, sampling)
+    if variant == "native+lookup":
+        return drafted_generate(model, tok, enc, sampling, LookupDrafter(), k)
+    reuse = ReuseDrafter()
+    reuse.prepare(*old)
+    return drafted_generate(model, tok, enc, sampling, reuse, k)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default=None, help="a saved policy folder (default: tiny)")
+    ap.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--draft-k", type=int, default=4)
+    args = ap.parse_args()
+    if args.policy:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(args.policy).eval()
+        tok = AutoTokenizer.from_pretrained(args.policy)
+        texts = [f"tell me about item {i}" for i in range(max(args.batches))]
+        make = lambda b, s: dict(encode_prompts(tok, texts[:b]))
+    else:
+        model, tok = tiny_policy()
+        make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
+    sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
+    print(f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens} "
+          f"T={args.temperature} top_p={args.top_p} draft_k={args.draft_k} "
+          f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}")
+    for B in args.batches:
+        enc = make(B, B)
+        torch.manual_seed(0)  # the reuse drafter's old responses: one earlier native sample
+        prev = get_generator("native").generate(model, tok, enc, sampling)
+        old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
+                      for g in prev.tokens.tolist()]
+        old = (old_tokens, prev.logprobs.tolist())
+        counts = {v: [] for v in VARIANTS}
+        secs = {v: [] for v in VARIANTS}
+        for rep in range(args.repeats):
+            for v in VARIANTS:  # interleaved: the machine's load falls on every variant alike
+                torch.manual_seed(100 + rep)
+                t = time.perf_counter()
+                made = run(v, model, tok, enc, sampling, args.draft_k, old)
+                secs[v].append(time.perf_counter() - t)
+                gen = sum(len(cut_at_eos(g, tok.eos_token_id, tok.pad_token_id))
+                          for g in made.tokens.tolist())
+                counts[v].append((gen, made.forwards, sum(made.batch_sizes),
+                                  made.token_forwards, made.drafted, made.accepted))
+        print(f"\nbatch {B}: counts per 1,000 generated tokens (summed over {args.repeats} runs)")
+        print(f"{'variant':15s} {'tokens':>7s} {'forwards':>9s} {'row_fwd':>8s} {'tok_fwd':>8s} "
+              f"{'accept':>7s}   seconds median [min, max] (shared machine)")
+        for v in VARIANTS:
+            gen, fw, rows, tf, dr, ac = (sum(c[i] for c in counts[v]) for i in range(6))
+            per = 1000 / max(gen, 1)
+            acc = f"{ac / dr:.3f}" if dr else "-"
+            s = secs[v]
+            print(f"{v:15s} {gen / args.repeats:7.0f} {fw * per:9.1f} {rows * per:8.1f} "
+                  f"{tf * per:8.1f} {acc:>7s}   {statistics.median(s):.3f} "
+                  f"[{min(s):.3f}, {max(s):.3f}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The PPO trainer on the native engine (tests/ppo_tiny.py's world): it trains, the old-log-prob
+pass is skipped every step and the reference pass kept, and the timeout still falls back."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_ppo_trainer import make_trainer, metrics
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.mark.parametrize("draft", ["none", "lookup"])
+def test_native_engine_trains_and_skips_the_old_logprob_pass(tmp_path, draft):
+    tr = make_trainer(tmp_path, total_steps=2, engine="native", draft=draft)
+    tr.train()
+    m = metrics(tmp_path)
+    assert [x["step"] for x in m] == [1, 2]
+    for x in m:
+        assert math.isfinite(x["kl_div_mean"]) and math.isfinite(x["critic_loss"])
+        assert x["logprob_passes_saved"] == 1 and x["logprob_token_forwards"] == 0
+        assert x["ref_token_forwards"] > 0 and x["gen_token_forwards"] > 0
+    if draft == "lookup":
+        assert sum(x["drafted_tokens"] for x in m) > 0
+
+
+def test_native_engine_timeout_falls_back_and_keeps_the_pass(tmp_path):
+    tr = make_trainer(tmp_path, total_steps=1, engine="native", generation_timeout_s=1e-9)
+    tr.train()
+    m = metrics(tmp_path)[0]
+    assert m["rollout_success_rate"] == 0.0
+    assert m["logprob_passes_saved"] == 0  # fallback rows were never sampled
+    assert json.dumps(m)
