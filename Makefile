@@ -45,13 +45,15 @@ test: setup
 # bench/BENCHMARKS_ALL.md). DVC reruns only the arms a change touches; a second run runs nothing.
 bench: setup
 	$(BIN)/python bench/economy_dvc.py --check
-	$(BIN)/dvc repro bench/dvc.yaml:report
-	$(BIN)/dvc status bench/dvc.yaml:report --with-deps
+	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench: the pipeline's artifacts are not" \
+	  "up to date (dvc status dvc.yaml): run make run first"; exit 1; }
+	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets headline)
 
 bench-all: setup
 	$(BIN)/python bench/economy_dvc.py --check
-	$(BIN)/dvc repro bench/dvc.yaml
-	$(BIN)/dvc status bench/dvc.yaml
+	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench-all: the pipeline's artifacts are" \
+	  "not up to date (dvc status dvc.yaml): run make run first"; exit 1; }
+	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets all)
 
 # Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
 lock: setup

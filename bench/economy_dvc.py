@@ -214,10 +214,28 @@ def render(params: Path = REPO / "params.yaml") -> str:
     return HEADER + yaml.safe_dump({"stages": stages(params)}, sort_keys=False, width=100)
 
 
+def targets(which: str) -> list[str]:
+    """The bench stages `make bench` / `make bench-all` reproduce, upstream first. They run
+    one by one (`dvc repro --single-item`): the pipeline's own stages are never rebuilt from
+    here (`make bench` refuses to start while `dvc status dvc.yaml` reports a change)."""
+    import economy
+
+    arms = bench_params()["headline"] if which == "headline" else list(economy.ARMS)
+    report = "report" if which == "headline" else "report_all"
+    return [f"bench/dvc.yaml:{s}" for s in ("setup", "sft", *(f"arm_{a}" for a in arms),
+                                            report)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when bench/dvc.yaml is stale")
+    ap.add_argument("--targets", choices=("headline", "all"),
+                    help="print the stages of `make bench` (headline) or `make bench-all`, in "
+                         "order, as `dvc repro --single-item` takes them")
     args = ap.parse_args(argv)
+    if args.targets:
+        print(" ".join(targets(args.targets)))
+        return 0
     text = render()
     if args.check:
         if not DVC_YAML.exists() or DVC_YAML.read_text() != text:
