@@ -136,9 +136,13 @@ def arm_artifacts(arm_name: str) -> list[str]:
 
 def arm_params(arm_name: str, base_cfg) -> dict[str, list[str]]:
     """{params file (repository path): keys} an arm reads."""
-    on = arm_switches(arm_name, base_cfg)
+    import economy
+
+    arm = economy.ARMS[arm_name]
     root = ["ppo", "judge"]
-    if _on(on.get("human_labels_per_step")) or on.get("rm_label_source") == "annotators":
+    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    if arm.trainer == "ppo" and (cfg.human_labels_per_step or (
+            cfg.rm_evolve_on and cfg.rm_label_source == "annotators")):
         root.append("preferences")  # the human queue's annotator pool
     return {"params.yaml": root,
             f"bench/{BENCH_PARAMS}": ["economy.steps", "economy.tokens", "economy.points"]}
@@ -170,7 +174,7 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
         "cmd": "python economy.py --dvc setup",
         "deps": [_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE)],
         "params": [{"../params.yaml": ["ppo", "judge"]}, budget_keys],
-        "outs": [{setup_json: {"cache": False}}]}}
+        "outs": [setup_json]}}
     out["sft"] = {"cmd": "python economy.py --dvc sft",
                   "deps": [setup_json, *(_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE))],
                   "outs": [f"{results}/sft.json"]}

@@ -32,7 +32,9 @@ COMPUTE = (("tokens_generated", "generated tokens"), ("rollouts_started", "rollo
            ("critic_token_forwards", "critic token-fwd"),
            ("light_rm_calls", "light-RM calls"), ("light_rm_tokens", "light-RM tokens"),
            ("strong_rm_calls", "strong-RM calls"), ("strong_rm_tokens", "strong-RM tokens"),
-           ("human_rm_calls", "human labels"))
+           ("human_rm_calls", "human labels"),
+           ("groups_dropped", "zero-variance groups dropped"),
+           ("gen_batches_extra", "refill generations"))
 # the figure's x-axes besides generated tokens
 AXES = (("gen_token_forwards", "policy token-forwards in generation"),
         ("update_token_forwards", "policy token-forwards in the update"),
