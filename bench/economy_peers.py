@@ -199,7 +199,8 @@ def dynamic_sampling(base, data, group: int, seed: int, max_gen_batches: int, le
     rows = list(range(len(data)))
 
     def draw(n_prompts: int) -> list[dict]:
-        picked = order.sample(rows, n_prompts)
+        picked = (order.sample(rows, n_prompts) if n_prompts <= len(rows)
+                  else [order.choice(rows) for _ in range(n_prompts)])
         return [dict(data[i]) for i in picked for _ in range(group)]
 
     class DynamicSampling(base):
