@@ -553,7 +553,6 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
             sample_economy = summarize(probe.path, cost)
     else:
         from economy_peers import train_peer
-
         from rlhf.pipeline.ppo.samplers import load_prompts
 
         peer = train_peer(arm.trainer, cfg, Path(paths["sft"]), Path(paths["rm_light"]),

@@ -90,7 +90,6 @@ def _registry():
 def arm_switches(arm_name: str, base_cfg) -> dict:
     """{switch: value} an arm turns on against plain PPO (its config, as it trains)."""
     import economy
-
     from rlhf.pipeline.ppo.config import features_on
 
     arm = economy.ARMS[arm_name]
@@ -163,7 +162,6 @@ def _rel(path: str) -> str:
 def stages(params: Path = REPO / "params.yaml") -> dict:
     """bench/dvc.yaml's `stages:` mapping."""
     import economy
-
     from rlhf.pipeline.config import load_section
 
     base = load_section(params, "ppo")

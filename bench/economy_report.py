@@ -267,8 +267,8 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
     axes = _cost_figure(figure.with_name(COST_FIGURE), runs, sft_gold, baseline)
     if axes:
-        lines += [f"![held-out gold against each cost axis]"
-                  f"({os.path.relpath(figure.with_name(COST_FIGURE), report.parent)})", "",
+        lines += [(f"![held-out gold against each cost axis]"
+                   f"({os.path.relpath(figure.with_name(COST_FIGURE), report.parent)})"), "",
                   "Gold against each cost axis (" + ", ".join(axes) + "): the mean curve over "
                   "seeds, interpolated between checkpoints as above.", ""]
     lines += family_section(runs, curves, i_eq, sft_gold)
@@ -318,10 +318,10 @@ def cost_section(runs: dict, arms: dict, timing: str) -> list[str]:
         if rs[0].get("stratified"):
             on += "; stratified batches (difficulty table)"
         lines.append(f"| {a} | {on} | " + " | ".join(_mean(rs, k) for k, _ in cols) + " |")
-    lines += ["", "A token-forward is one token position through a model, padding included; "
+    lines += ["", ("A token-forward is one token position through a model, padding included; "
               "a forward is one sequential call. Our trainer counts them where it spends them "
               "(StepCost); the TRL peers' are counted from the shapes TRL pads a generation "
-              "batch to (bench/economy_peers.py). A column no arm spends on is left out.", ""]
+              "batch to (bench/economy_peers.py). A column no arm spends on is left out."), ""]
     if timing in TIMING:
         lines += [f"### Wall seconds under the timing protocol `{timing}` ({TIMING[timing]})",
                   "", "| arm | train s: median [min, max] over seeds | eval s: median |",
@@ -333,9 +333,9 @@ def cost_section(runs: dict, arms: dict, timing: str) -> list[str]:
                          f"{np.median(e):.0f} |")
         lines.append("")
     else:
-        lines += ["No seconds comparison: these runs made no timing protocol (bench/params.yaml "
+        lines += [("No seconds comparison: these runs made no timing protocol (bench/params.yaml "
                   "`economy.timing: none`), so their seconds measure the machine's load as much "
-                  "as the arm; each result keeps its own seconds.", ""]
+                  "as the arm; each result keeps its own seconds."), ""]
     return lines
 
 

@@ -11,7 +11,7 @@ import torch
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-import economy_peers  # noqa: E402
+import economy_peers
 
 GROUP = 2
 

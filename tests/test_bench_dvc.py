@@ -14,10 +14,10 @@ import yaml
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-import economy  # noqa: E402
-import economy_dvc  # noqa: E402
-import economy_report  # noqa: E402
-from rlhf.pipeline.config import load_section  # noqa: E402
+import economy
+import economy_dvc
+import economy_report
+from rlhf.pipeline.config import load_section
 
 STAGES = yaml.safe_load((REPO / "bench" / "dvc.yaml").read_text())["stages"]
 BASE = load_section(REPO / "params.yaml", "ppo")
