@@ -71,11 +71,34 @@ def _on(value) -> bool:
 
 
 def feature_modules() -> set[str]:
-    """Every module some feature owns (the feature registry's, when it declares `modules`)."""
+    """Every module some feature owns (the feature registry's, when it declares `modules`,
+    plus the bench-side ones; else FEATURE_MODULES), less what every arm runs anyway."""
     reg = _registry()
-    mods = ({m for f in reg.FEATURES.values() for m in f.modules} if reg is not None
-            else {m for ms in FEATURE_MODULES.values() for m in ms})
-    return mods - set(SHARED_PPO) - set(SHARED_CODE)
+    mods = {m for ms in FEATURE_MODULES.values() for m in ms
+            if reg is None or m.startswith("bench/") or m == "pipeline/difficulty.py"}
+    if reg is not None:
+        mods |= {m for f in reg.FEATURES.values() for m in f.modules}
+    return {m for m in mods if (REPO / m).exists()} - set(SHARED_PPO) - set(SHARED_CODE)
+
+
+def uses(module: str, arm_name: str, base_cfg) -> bool:
+    """Whether `arm_name` switches on a feature that owns `module` (the registry's `on` rule
+    where the checkout has a registry, else FEATURE_MODULES' switches)."""
+    import economy
+
+    arm = economy.ARMS[arm_name]
+    if arm.trainer != "ppo":
+        return False
+    on = arm_switches(arm_name, base_cfg)
+    local = any(_on(on.get(s)) for sw, mods in FEATURE_MODULES.items() if module in mods
+                for s in sw)
+    reg = _registry()
+    if reg is None:
+        return local
+    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    bench_side = module.startswith("bench/") or module == "pipeline/difficulty.py"
+    return (local and bench_side) or any(f.on(cfg) for f in reg.FEATURES.values()
+                                         if module in f.modules)
 
 
 def _registry():
@@ -119,8 +142,9 @@ def arm_code(arm_name: str, base_cfg) -> list[str]:
         code |= {m for f in reg.on(cfg) for m in f.modules}
     for switches, mods in FEATURE_MODULES.items():
         if any(_on(on.get(s)) for s in switches):
-            code |= set(mods)
-    return sorted(code)
+            code |= {m for m in mods if reg is None or m.startswith("bench/")
+                     or m == "pipeline/difficulty.py"}
+    return sorted(p for p in code if (REPO / p).exists())
 
 
 def arm_artifacts(arm_name: str) -> list[str]:

@@ -51,11 +51,7 @@ def test_touching_a_feature_module_makes_exactly_the_arms_that_switch_it_on_stal
     owned = economy_dvc.feature_modules()
     assert owned, "no feature module found"
     for module in sorted(owned):
-        switches = {s for sw, mods in economy_dvc.FEATURE_MODULES.items() if module in mods
-                    for s in sw}
-        users = {a for a in economy.ARMS
-                 if any(economy_dvc._on(economy_dvc.arm_switches(a, BASE).get(s))
-                        for s in switches)}
+        users = {a for a in economy.ARMS if economy_dvc.uses(module, a, BASE)}
         assert stale_after_touching(module) == users, module
 
 
