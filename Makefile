@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test setup lock lint clean
+.PHONY: run test setup lock lint clean bench bench-all
 
 setup: $(STAMP)
 
@@ -39,6 +39,21 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The rollout-economy benchmark (bench/dvc.yaml, docs/benchmarks.md), on `make run`'s artifacts:
+# `bench` the headline arms x 3 seeds -> BENCHMARKS.md; `bench-all` every arm (and
+# bench/BENCHMARKS_ALL.md). DVC reruns only the arms a change touches; a second run runs nothing.
+bench: setup
+	$(BIN)/python bench/economy_dvc.py --check
+	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench: the pipeline's artifacts are not" \
+	  "up to date (dvc status dvc.yaml): run make run first"; exit 1; }
+	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets headline)
+
+bench-all: setup
+	$(BIN)/python bench/economy_dvc.py --check
+	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench-all: the pipeline's artifacts are" \
+	  "not up to date (dvc status dvc.yaml): run make run first"; exit 1; }
+	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets all)
 
 # Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
 lock: setup

@@ -57,6 +57,7 @@ class Arm:
     base: str = "seed"  # "plain": plain(params.yaml ppo); "seed": params.yaml ppo as it is
     overrides: dict = field(default_factory=dict)  # PPOConfig fields on top (a feature's switches)
     stratified: bool = False  # batches from the difficulty table, as the ppo stage draws them
+    peer: dict = field(default_factory=dict)  # a TRL peer's options (economy_peers.train_peer)
 
 
 # issue 15's switches, composed into its arms below
@@ -119,9 +120,38 @@ ARMS: dict[str, Arm] = {
         **ALL_ECONOMY, "rm_gate_mask_on": True}),
     "all_economy_ungated": Arm(base="seed", stratified=True, overrides=ALL_ECONOMY),
     "grpo": Arm(trainer="grpo", base="plain"),
+    # DAPO's dynamic sampling on GRPO (veRL `filter_groups`): groups whose rewards do not vary
+    # are dropped after generation and the batch is refilled from new prompts; every token
+    # generated, the dropped groups' included, is counted
+    "grpo_dapo": Arm(trainer="grpo", base="plain", peer={"filter_groups": True}),
     "rloo": Arm(trainer="rloo", base="plain"),
+    # the peers' estimators inside our trainer (advantages.py): 4 prompts x 4 samples a step, no
+    # critic run, so they combine with our economy features; DAPO's dynamic sampling on GRPO
+    "grpo_ours": Arm(base="plain", overrides={"advantage_estimator": "grpo", "group_size": 4,
+                                              "whiten_advantages": False}),
+    "rloo_ours": Arm(base="plain", overrides={"advantage_estimator": "rloo", "group_size": 4,
+                                              "whiten_advantages": False}),
+    "dapo_ours": Arm(base="plain", overrides={"advantage_estimator": "grpo", "group_size": 4,
+                                              "whiten_advantages": False,
+                                              "dynamic_sampling_on": True}),
+    # the rollout engine (pipeline/engine.py): the same distribution, produced with less compute
+    "engine_native": Arm(base="plain", overrides={"engine": "native"}),
+    "spec_lookup": Arm(base="plain", overrides={"engine": "native", "draft": "lookup",
+                                                "draft_k": 4}),
 }
 BASELINE = "plain"
+# the rollout-economy families: the report names each family's best arm (gold at equal tokens);
+# bench/params.yaml's `headline` runs that one of each under `make bench`
+FAMILIES = {"peers": ("grpo", "grpo_dapo", "rloo"),
+            "group estimators (ours)": ("grpo_ours", "rloo_ours", "dapo_ours"),
+            "engine": ("engine_native", "spec_lookup"), "seed switches": ("seed",),
+            "critic": ("light_critic",), "scheduler": ("scheduler", "scheduler_loose"),
+            "pruning": ("pruning", "resampling", "pruning_resampling", "pruning_literal",
+                        "pruning_literal_truncation", "pruning_norep",
+                        "pruning_norep_truncation"),
+            "tiers": ("level02",),
+            "rm evolution": ("rm_evolution", "rm_evolution_ungated", "rm_evolution_human"),
+            "all economy": ("all_economy", "all_economy_ungated")}
 # the setup's path keys of the feature inputs (features/inputs.py) the arms may read
 SETUP_KEY = {"pool_embeddings": "embeddings", "rm_strong": "strong_reward",
              "score_map": "score_map", "routes": "routes"}
@@ -163,9 +193,11 @@ def arm_config(base_cfg, arm: Arm, seed: int, steps: int, points: int, tokens: i
                    checkpoint_every=max(1, steps // points), **budget)
 
 
-def prepare(args) -> dict:
+def prepare(args, snapshot: bool = True) -> dict:
     """Snapshot the inputs under <out>/inputs (every job of a report reads the same files, even
-    if the artifacts are regenerated meanwhile) and write <out>/setup.json; returns it."""
+    if the artifacts are regenerated meanwhile) and write <out>/setup.json; returns it. Without
+    `snapshot` (the DVC stages, whose deps pin the artifacts) the artifacts are read in place,
+    feature inputs from their pipeline paths, and setup.json hashes only what every arm reads."""
     from rlhf.pipeline.config import load_section
     from rlhf.pipeline.ppo.generate import sampling_of
     from rlhf.store.hashing import content_hash, tree_hash
@@ -197,6 +229,9 @@ def prepare(args) -> dict:
             raise SystemExit(f"missing inputs (run `dvc repro ppo` first): {', '.join(missing)}")
         held = held_out_prompts(a / "store")
         strong = a / "models" / "rm_strong" if (a / "models" / "rm_strong").is_dir() else None
+    if not snapshot:
+        return _write_setup(args, base, {k: v for k, v in src.items()
+                                         if k not in SETUP_KEY}, held, strong)
     hashes = {k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
               for k, v in src.items()}
     # inputs only some arms read: in those arms' specs alone (spec_of), so adding one keeps
@@ -234,6 +269,34 @@ def prepare(args) -> dict:
     }
     (out / "setup.json").write_text(json.dumps(setup, indent=1))
     return json.loads((out / "setup.json").read_text())  # as the jobs will read it
+
+
+def _write_setup(args, base, src: dict, held: list, strong: Path | None) -> dict:
+    """setup.json of the DVC stages: inputs in place (their hashes: the common ones only, the
+    feature inputs are each arm stage's own deps)."""
+    from rlhf.pipeline.ppo.generate import sampling_of
+    from rlhf.store.hashing import content_hash, tree_hash
+
+    a = args.artifacts
+    steps = args.steps or 2 * base.total_steps
+    tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
+    features = {"pool_embeddings": a / "store" / "pool_embeddings", "routes": a / "store" / "routes",
+                "score_map": a / "models" / "rm_strong" / "score_map.json"}
+    setup = {
+        "judge": judge_setup(args), "params": str(args.params), "quick": False, "dvc": True,
+        "steps": steps, "token_budget": tokens, "points": args.points, "peer_group": PEER_GROUP,
+        "paths": {**{k: str(v) for k, v in src.items()}, **{k: str(v) for k, v in
+                                                            features.items() if v.exists()}},
+        "strong_reward": str(strong) if strong else None,
+        "hashes": {**{k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
+                      for k, v in src.items()}, "held_out": content_hash(json.dumps(held))[:16]},
+        "feature_hashes": {}, "held_out": held, "base_config": asdict(base),
+        "held_out_buckets": held_out_buckets(a / "store", src.get("difficulty"), held),
+        "eval": {"n_prompts": len(held), **asdict(sampling_of(base)), "seed": base.eval_seed},
+    }
+    args.setup_path.parent.mkdir(parents=True, exist_ok=True)
+    args.setup_path.write_text(json.dumps(setup, indent=1))
+    return json.loads(args.setup_path.read_text())
 
 
 def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -> dict:
@@ -458,7 +521,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         g = gold_of(Path(setup["paths"]["sft"]), setup)
         res = {"arm": "sft", "gold": g, "seconds_eval": round(time.perf_counter() - t, 2),
                "spec": spec_of(setup, "sft")}
-        return _save(out, "sft", None, res)
+        return _save(out, "sft", None, res, setup)
     arm = ARMS[arm_name]
     base = PPOConfig(**setup["base_config"])
     cfg = arm_config(base, arm, seed, setup["steps"], setup["points"], setup["token_budget"])
@@ -497,28 +560,29 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         cost = {k[:-4]: v for k, v in summary["cost"].items() if k.endswith("_cum")}
         ckpts = [(int(d.name.split("-")[1]), d / "policy.pt")
                  for d in sorted((work / "checkpoints").glob("step-*"))]
-        marks = [(step, cum[step]["tokens_generated_cum"], pt) for step, pt in ckpts]
+        marks = [(step, cum[step]["tokens_generated_cum"], pt,
+                  {k[:-4]: v for k, v in cum[step].items() if k.endswith("_cum")})
+                 for step, pt in ckpts]
         if probe is not None:
             from economy_sample import summarize
 
             sample_economy = summarize(probe.path, cost)
     else:
         from economy_peers import train_peer
-
         from rlhf.pipeline.ppo.samplers import load_prompts
 
         peer = train_peer(arm.trainer, cfg, Path(paths["sft"]), Path(paths["rm_light"]),
                           load_prompts(Path(paths["pool"])), work, setup["token_budget"],
-                          setup["peer_group"])
+                          setup["peer_group"], **arm.peer)
         seconds_train = time.perf_counter() - t
         cost = peer["cost"]
-        marks = [(c["step"], c["tokens_generated"], Path(c["folder"]) / "policy.pt")
-                 for c in peer["checkpoints"]]
+        marks = [(c["step"], c["tokens_generated"], Path(c["folder"]) / "policy.pt",
+                  c.get("cost", {})) for c in peer["checkpoints"]]
     t = time.perf_counter()
     points = []
-    for step, tokens, pt in marks:
+    for step, tokens, pt, counts in marks:  # counts: the cumulative cost at that checkpoint
         g = gold_of_weights(pt, setup, work / "eval-policy")
-        points.append({"step": step, "tokens": tokens, **g})
+        points.append({"step": step, "tokens": tokens, **g, "cost": counts})
     extra = {}
     if arm.trainer == "ppo" and getattr(cfg, "schedule_on", False):
         from economy_schedule import job_figures  # trigger rate, staleness, SFT by bucket
@@ -535,7 +599,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
            "points": points, "cost": cost, "seconds_train": round(seconds_train, 2),
            **({"sample_economy": sample_economy} if sample_economy else {}),
            "seconds_eval": round(time.perf_counter() - t, 2), "spec": spec_of(setup, arm_name)}
-    _save(out, arm_name, seed, res)
+    _save(out, arm_name, seed, res, setup)
     if not os.environ.get("ECONOMY_KEEP_WORK"):
         shutil.rmtree(work, ignore_errors=True)
         for empty in (work.parent, work.parent.parent):  # what another job is using stays
@@ -574,9 +638,51 @@ def code_version() -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def _save(out: Path, arm: str, seed: int | None, res: dict) -> dict:
+def provenance(paths: list[str]) -> dict:
+    """What a result was made by: the commit, the git object id of each file it ran (as it was
+    on disk) and the files that differed from the commit (a dirty tree, as far as this job's
+    code goes; the DVC lock files and the reports a stage writes do not count)."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.split()
+
+    head = (git("rev-parse", "HEAD") or ["unknown"])[0]
+    on_disk = [p for p in paths if (REPO / p).is_file()]
+    ids = dict(zip(on_disk, git("hash-object", "--", *on_disk))) if on_disk else {}
+    committed = committed_ids(paths)
+    return {"commit": head, "deps": {p: ids.get(p) for p in paths},
+            "dirty": sorted(p for p in paths if ids.get(p) != committed.get(p))}
+
+
+def committed_ids(paths: list[str], commit: str = "HEAD") -> dict[str, str]:
+    """{path: git object id at `commit`} of those of `paths` the commit has."""
+    if not paths:
+        return {}
+    proc = subprocess.run(["git", "ls-tree", commit, "--", *paths], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    out = {}
+    for line in proc.stdout.splitlines():
+        meta, path = line.split("\t", 1)
+        out[path] = meta.split()[2]
+    return out
+
+
+def job_code(setup: dict, arm: str) -> list[str]:
+    """The repository files a job runs (bench/economy_dvc.py: the DVC stage's code deps)."""
+    import economy_dvc
+
+    if arm == "sft":
+        return sorted(economy_dvc.SHARED_CODE)
+    from rlhf.pipeline.ppo.config import PPOConfig
+
+    return economy_dvc.arm_code(arm, PPOConfig(**setup["base_config"]))
+
+
+def _save(out: Path, arm: str, seed: int | None, res: dict, setup: dict | None = None) -> dict:
     res["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     res["code"] = code_version()
+    if setup is not None:
+        res["provenance"] = provenance(job_code(setup, arm))
     res["command"] = os.environ.get("ECONOMY_COMMAND", "")
     path = result_path(out, arm, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -653,6 +759,49 @@ def drive(args, setup: dict) -> list[str]:
     return failed
 
 
+def dvc_stage(what: list[str]) -> int:
+    """One stage of bench/dvc.yaml, run from bench/ (paths repository-relative, so a clone
+    elsewhere hashes the same setup)."""
+    import economy_dvc
+
+    bp = economy_dvc.bench_params()
+    os.chdir(BENCH)
+    args = argparse.Namespace(
+        artifacts=Path("../artifacts"), params=Path("../params.yaml"), quick=False,
+        judge_model=None, steps=bp["steps"] or None, tokens=bp["tokens"] or None,
+        points=bp["points"], out=Path("."), setup_path=Path("results/setup.json"))
+    stage = what[0]
+    if stage == "setup":
+        prepare(args, snapshot=False)
+        return 0
+    setup = json.loads(args.setup_path.read_text())
+    if stage in ("report", "report_all"):
+        from economy_report import write_report
+
+        arms = bp["headline"] if stage == "report" else list(ARMS)
+        unknown = sorted(set(arms) - set(ARMS))
+        if unknown:
+            raise SystemExit(f"bench/params.yaml headline: unknown arm(s) {', '.join(unknown)}")
+        report = Path("../BENCHMARKS.md") if stage == "report" else Path("BENCHMARKS_ALL.md")
+        command = "make bench" if stage == "report" else "make bench-all"
+        write_report(setup, Path("."), report, arms, BASELINE, command, ARMS,
+                     seeds=bp["seeds"], figures=Path("figures") / report.stem.lower(),
+                     timing=bp.get("timing", "none"))
+        print(f"economy: wrote {report} from {len(arms)} arm(s) x seeds {bp['seeds']}")
+        return 0
+    from rlhf.pipeline.policy import quiet_hf
+
+    quiet_hf()
+    if stage == "sft":
+        run_job(setup, Path("."), "sft", None)
+    elif stage in ARMS and len(what) == 2:
+        run_job(setup, Path("."), stage, int(what[1]))
+    else:
+        raise SystemExit(f"unknown stage {' '.join(what)!r}: setup | sft | ARM SEED | report | "
+                         "report_all")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--artifacts", type=Path, default=Path("artifacts"))
@@ -679,7 +828,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the jobs and the projected time, run nothing")
     ap.add_argument("--quick", action="store_true", help="tiny world, plain + seed, seed 0")
     ap.add_argument("--job", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)
+    ap.add_argument("--dvc", nargs="+", metavar="STAGE",
+                    help="one bench/dvc.yaml stage: setup | sft | ARM SEED | report | report_all")
     args = ap.parse_args(argv)
+    if args.dvc:
+        return dvc_stage(args.dvc)
     args.out = args.out or (args.artifacts / "bench" / "economy")
     args.points = args.points or (QUICK_POINTS if args.quick else EVAL_POINTS)
     if args.job:  # one arm x seed, in its own process (what drive() launches)

@@ -21,6 +21,26 @@ import economy_stats as st
 import numpy as np
 
 FIGURE = "economy_gold_vs_tokens.png"
+COST_FIGURE = "economy_gold_vs_compute.png"
+# the compute columns: (StepCost counter, column); every one counted, never timed
+COMPUTE = (("tokens_generated", "generated tokens"), ("rollouts_started", "rollouts"),
+           ("tokens_trained", "tokens trained"), ("gen_forwards", "policy forwards (gen)"),
+           ("gen_token_forwards", "policy token-fwd (gen)"),
+           ("logprob_token_forwards", "policy token-fwd (old log-probs)"),
+           ("update_token_forwards", "policy token-fwd (update)"),
+           ("ref_token_forwards", "reference token-fwd"),
+           ("critic_token_forwards", "critic token-fwd"),
+           ("light_rm_calls", "light-RM calls"), ("light_rm_tokens", "light-RM tokens"),
+           ("strong_rm_calls", "strong-RM calls"), ("strong_rm_tokens", "strong-RM tokens"),
+           ("human_rm_calls", "human labels"),
+           ("groups_dropped", "zero-variance groups dropped"),
+           ("gen_batches_extra", "refill generations"))
+# the figure's x-axes besides generated tokens
+AXES = (("gen_token_forwards", "policy token-forwards in generation"),
+        ("update_token_forwards", "policy token-forwards in the update"),
+        ("rm_tokens", "reward-model tokens (light + strong)"))
+TIMING = {"serial": "one job at a time on otherwise idle cores",
+          "pairs": "arms interleaved in pairs on the same cores"}
 UPDATE_JSON = "ppo_update_vs_trl112.json"
 
 
@@ -43,19 +63,67 @@ def machine() -> str:
             f"{os.environ.get('RLHF_TORCH_THREADS', '1')} per job")
 
 
-def collect(setup: dict, out: Path, arm_names: list[str], spec_of,
-            spec_matches) -> tuple[dict, list[str]]:
-    """{arm: [result per seed]} of the results matching the setup, and the stale ones."""
+def collect(setup: dict, out: Path, arm_names: list[str], spec_of, spec_matches,
+            seeds: list[int] | None = None, check_code: bool = False) -> tuple[dict, list[str]]:
+    """{arm: [result per seed]} of the results matching the setup, and the stale ones (with
+    why). `seeds`: only those seeds' files. `check_code`: a result must also have been made by
+    a clean tree and by the code this commit has (`code_verdict`)."""
     runs: dict[str, list[dict]] = {}
     stale = []
     for arm in arm_names:
-        for path in sorted((out / "results" / arm).glob("seed*.json")):
+        paths = (sorted((out / "results" / arm).glob("seed*.json")) if seeds is None else
+                 [out / "results" / arm / f"seed{k}.json" for k in seeds])
+        for path in paths:
+            if not path.exists():
+                stale.append(f"{path.relative_to(out)} (missing)")
+                continue
             res = json.loads(path.read_text())
-            if spec_matches(res.get("spec"), spec_of(setup, arm)):
+            why = None if spec_matches(res.get("spec"), spec_of(setup, arm)) else \
+                "budget or inputs differ from this setup"
+            if why is None and check_code:
+                why = code_verdict(res, setup, arm)
+            if why is None:
                 runs.setdefault(arm, []).append(res)
             else:
-                stale.append(str(path.relative_to(out)))
+                stale.append(f"{path.relative_to(out)} ({why})")
     return runs, stale
+
+
+def code_verdict(res: dict, setup: dict, arm: str) -> str | None:
+    """None when `res` was made by a clean tree running the very files this commit has for
+    `arm` (its commit may be an older one: DVC's cache keeps a result whose deps did not
+    change); else why it is refused."""
+    from economy import committed_ids, job_code
+
+    prov = res.get("provenance")
+    if not prov:
+        return "no provenance: made before results recorded their code"
+    if prov["dirty"]:
+        return (f"made from a dirty tree at {prov['commit'][:7]}: "
+                + ", ".join(prov["dirty"][:3]) + (" ..." if len(prov["dirty"]) > 3 else ""))
+    code = job_code(setup, arm)
+    if sorted(prov["deps"]) != code:
+        return f"made at {prov['commit'][:7]} by a different set of files"
+    head = committed_ids(code)
+    changed = [p for p in code if head.get(p) != prov["deps"][p]]
+    if changed:
+        return (f"made at {prov['commit'][:7]}; changed since: " + ", ".join(changed[:3])
+                + (" ..." if len(changed) > 3 else ""))
+    return None
+
+
+def stamp(setup: dict, arm_names: list[str]) -> tuple[str, list[str]]:
+    """The commit this report is made at and the files (of the report's code and every arm's)
+    that differ from it on disk: a report from a dirty tree says so in its first lines."""
+    import economy_dvc
+    from economy import job_code, provenance
+
+    files = set(economy_dvc.REPORT_CODE) | {"bench/economy_dvc.py", "bench/params.yaml",
+                                             "bench/dvc.yaml"}
+    for a in ["sft", *arm_names]:
+        files |= set(job_code(setup, a))
+    prov = provenance(sorted(files))
+    return prov["commit"], prov["dirty"]
 
 
 def _fmt(x: float, digits: int = 3, sign: bool = False) -> str:
@@ -74,15 +142,25 @@ def _ratio(r: dict) -> str:
 
 
 def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], baseline: str,
-                 command: str, arms: dict) -> None:
+                 command: str, arms: dict, seeds: list[int] | None = None,
+                 figures: Path | None = None, timing: str = "none") -> None:
+    """The report. With `seeds` (the DVC report stages) it stamps one commit: a result is
+    merged only when made by a clean tree with this commit's code for its arm (else listed as
+    stale); seconds are compared only under a `timing` protocol (serial | pairs)."""
     from economy import spec_matches, spec_of
 
     sft_path = out / "results" / "sft.json"
     sft = json.loads(sft_path.read_text()) if sft_path.exists() else None
-    runs, stale = collect(setup, out, arm_names, spec_of, spec_matches)
+    dvc = seeds is not None
+    if dvc and sft is not None and code_verdict(sft, setup, "sft") is not None:
+        sft = None
+    runs, stale = collect(setup, out, arm_names, spec_of, spec_matches, seeds, check_code=dvc)
     # the repo's BENCHMARKS.md keeps its figure in bench/figures/; anywhere else, beside it
-    figure = report.parent / (FIGURE if report.parent != Path(__file__).resolve().parents[1]
-                              else f"bench/figures/{FIGURE}")
+    if figures is not None:
+        figure = figures / FIGURE
+    else:
+        figure = report.parent / (FIGURE if report.resolve().parent != Path(
+            __file__).resolve().parents[1] else f"bench/figures/{FIGURE}")
     lines = ["# Benchmarks", "",
              ("<!-- generated by bench/economy.py from its saved results: rerun it, never edit "
              "by hand -->"), "",
@@ -92,6 +170,13 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
              f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
              + (" (--quick: tiny untrained world, harness check only)" if setup["quick"] else ""),
              ]
+    if dvc:
+        commit, dirty = stamp(setup, arm_names)
+        lines.insert(6, f"- commit: `{commit}`, " + (
+            "clean tree (every file the report and its arms run is as committed)" if not dirty
+            else "**DIRTY TREE** (these files differ from the commit: "
+            + ", ".join(f"`{d}`" for d in dirty) + ")") + "; every result below ran this "
+            "commit's code for its arm (others are listed at the end as stale, never merged)")
     base = setup["base_config"]
     e = setup["eval"]
     group = setup.get("peer_group", 4)
@@ -118,7 +203,13 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
     if ran:
         lines.append("- the runs themselves came from: " + "; ".join(f"`{c}`" for c in ran))
     commits = sorted({r.get("code", "?") for rs in runs.values() for r in rs})
-    lines.append(f"- code: {', '.join(f'`{c}`' for c in commits)} (git commit of each run)")
+    if dvc:
+        made = sorted({(r.get("provenance") or {}).get("commit", "?")[:7]
+                       for rs in runs.values() for r in rs})
+        lines.append(f"- results made at: {', '.join(f'`{c}`' for c in made)} (DVC's cache "
+                     "keeps a result while the files its arm runs are unchanged)")
+    else:
+        lines.append(f"- code: {', '.join(f'`{c}`' for c in commits)} (git commit of each run)")
     lines.append(f"- SFT gold (0 tokens): {sft_gold:.4f} (std {sft['gold']['gold_std']:.3f})")
 
     def points(res):
@@ -140,8 +231,8 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               "", "### Sample efficiency", "",
               ("| arm | trainer | seeds | gold at equal tokens | gain over SFT ± SE | "
               "gain per seed | learns | gain at ½ tokens | tokens to target: ratio [95 % CI] "
-              "| to 95 % of target |"),
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| to 95 % of target | last checkpoint: gold (Δ on the one before) |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a, rs in runs.items():
         c = curves[a]
         gains = [float(x - sft_gold) for x in c[:, i_eq]]
@@ -158,25 +249,8 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
             f"| {a} | {rs[0]['trainer']} | {len(rs)} | {np.nanmean(c[:, i_eq]):.4f} | "
             f"{_fmt(g['mean'], 3, True)} ± {_fmt(g['se'])} | "
             f"{', '.join(_fmt(x, 3, True) for x in g['gains'])} | {g['learns']} | "
-            f"{_fmt(half, 3, True)} | {ratio} | {ratio95} |")
-    lines += ["", "### Cost per run (mean over seeds)", "",
-              ("| arm | switches on (vs plain PPO) | generated tokens | rollouts | tokens trained "
-              "| light-RM calls | strong-RM calls | train s | eval s |"),
-              "|---|---|---|---|---|---|---|---|---|"]
-    for a, rs in runs.items():
-        def mean(key, rs=rs):
-            vals = [r["cost"].get(key) for r in rs if r["cost"].get(key) is not None]
-            return f"{sum(vals) / len(vals):,.0f}" if vals else "–"
-        feats = rs[0].get("features_on") or {}
-        extra = arms[a].overrides if a in arms else {}
-        on = ", ".join(f"{k}={v}" for k, v in {**feats, **extra}.items()) or "none"
-        if rs[0].get("stratified"):
-            on += "; stratified batches (difficulty table)"
-        lines.append(
-            f"| {a} | {on} | {mean('tokens_generated')} | {mean('rollouts_started')} | "
-            f"{mean('tokens_trained')} | {mean('light_rm_calls')} | {mean('strong_rm_calls')} "
-            f"| {sum(r['seconds_train'] for r in rs) / len(rs):.0f} | "
-            f"{sum(r['seconds_eval'] for r in rs) / len(rs):.0f} |")
+            f"{_fmt(half, 3, True)} | {ratio} | {ratio95} | {last_point(rs)} |")
+    lines += cost_section(runs, arms, timing)
     lines += ["", ("How to read it: gold is interpolated linearly between a run's checkpoints "
               "(SFT at 0 tokens) on cumulative generated tokens, every token the policy sampled "
               "counted; *tokens to target* is the first token count at which an arm's mean curve "
@@ -186,9 +260,18 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               f"tokens is at least {st.LEARNS_SE:g} standard errors above 0 and every seed's "
               "gain is positive. *gain at ½ tokens* shows whether the curve still rises (with the "
               "default `--steps`, twice `ppo.total_steps`, ½ is about the `make run` "
-              "budget)."), ""]
+              "budget). *last checkpoint*: mean gold at each run's last checkpoint and its "
+              "change on the checkpoint before (± SE over seeds; *rising* when the change is "
+              "more than 2 SE above 0)."), ""]
     lines += economy_sample.section(runs, sft_gold, baseline)  # issue 13: pruning / resampling
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
+    axes = _cost_figure(figure.with_name(COST_FIGURE), runs, sft_gold, baseline)
+    if axes:
+        lines += [(f"![held-out gold against each cost axis]"
+                   f"({os.path.relpath(figure.with_name(COST_FIGURE), report.parent)})"), "",
+                  "Gold against each cost axis (" + ", ".join(axes) + "): the mean curve over "
+                  "seeds, interpolated between checkpoints as above.", ""]
+    lines += family_section(runs, curves, i_eq, sft_gold)
     from economy_schedule import report_section as schedule_section  # issue 14
 
     lines += schedule_section(runs, baseline)
@@ -197,6 +280,132 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
     lines += tiers_section(runs, baseline)
     lines += _update_section(out)
     _write(report, lines, stale)
+
+
+def last_point(rs: list[dict]) -> str:
+    """The runs' last checkpoint: mean gold, and its change on the checkpoint before (mean ±
+    SE over seeds): is the arm still rising at the budget?"""
+    last = [r["points"][-1]["gold_mean"] for r in rs]
+    deltas = [r["points"][-1]["gold_mean"] - r["points"][-2]["gold_mean"]
+              for r in rs if len(r["points"]) > 1]
+    if not deltas:
+        return f"{np.mean(last):.4f}"
+    g = st.gain_stats(deltas)
+    word = ("rising" if g["n"] > 1 and g["mean"] > 2 * g["se"] else
+            "flat or noisy" if g["n"] > 1 else "")
+    return (f"{np.mean(last):.4f} ({_fmt(g['mean'], 3, True)}"
+            + (f" ± {_fmt(g['se'])}" if g["n"] > 1 else "") + (f"; {word}" if word else "") + ")")
+
+
+def _mean(rs: list[dict], key: str) -> str:
+    vals = [r["cost"].get(key) for r in rs if r["cost"].get(key) is not None]
+    return f"{sum(vals) / len(vals):,.0f}" if vals else "–"
+
+
+def cost_section(runs: dict, arms: dict, timing: str) -> list[str]:
+    """What each arm paid, in counts (StepCost's counters; the same for any machine load), and
+    seconds only under a timing protocol, labelled with it."""
+    cols = [(k, c) for k, c in COMPUTE if any(r["cost"].get(k) for rs in runs.values()
+                                               for r in rs) or k == "tokens_generated"]
+    lines = ["", "### Cost per run (mean over seeds): compute, counted", "",
+             "| arm | switches on (vs plain PPO) | " + " | ".join(c for _, c in cols) + " |",
+             "|---|---|" + "---|" * len(cols)]
+    for a, rs in runs.items():
+        feats = rs[0].get("features_on") or {}
+        extra = arms[a].overrides if a in arms else {}
+        peer = arms[a].peer if a in arms and getattr(arms[a], "peer", None) else {}
+        on = ", ".join(f"{k}={v}" for k, v in {**feats, **extra, **peer}.items()) or "none"
+        if rs[0].get("stratified"):
+            on += "; stratified batches (difficulty table)"
+        lines.append(f"| {a} | {on} | " + " | ".join(_mean(rs, k) for k, _ in cols) + " |")
+    lines += ["", ("A token-forward is one token position through a model, padding included; "
+              "a forward is one sequential call. Our trainer counts them where it spends them "
+              "(StepCost); the TRL peers' are counted from the shapes TRL pads a generation "
+              "batch to (bench/economy_peers.py). A column no arm spends on is left out."), ""]
+    if timing in TIMING:
+        lines += [f"### Wall seconds under the timing protocol `{timing}` ({TIMING[timing]})",
+                  "", "| arm | train s: median [min, max] over seeds | eval s: median |",
+                  "|---|---|---|"]
+        for a, rs in runs.items():
+            t = [r["seconds_train"] for r in rs]
+            e = [r["seconds_eval"] for r in rs]
+            lines.append(f"| {a} | {np.median(t):.0f} [{min(t):.0f}, {max(t):.0f}] | "
+                         f"{np.median(e):.0f} |")
+        lines.append("")
+    else:
+        lines += [("No seconds comparison: these runs made no timing protocol (bench/params.yaml "
+                  "`economy.timing: none`), so their seconds measure the machine's load as much "
+                  "as the arm; each result keeps its own seconds."), ""]
+    return lines
+
+
+def family_section(runs: dict, curves: dict, i_eq: int, sft_gold: float) -> list[str]:
+    """The best arm of each rollout-economy family here (mean gold at equal tokens): what
+    `make bench`'s headline (bench/params.yaml) should run of each."""
+    from economy import FAMILIES
+
+    rows = []
+    for fam, members in FAMILIES.items():
+        have = [(float(np.nanmean(curves[a][:, i_eq])), a) for a in members if a in curves]
+        if have:
+            g, a = max(have)
+            rows.append(f"| {fam} | {a} | {g:.4f} | {_fmt(g - sft_gold, 3, True)} | "
+                        f"{', '.join(m for m in members if m in curves)} |")
+    if not rows:
+        return []
+    return ["### Best arm of each family (gold at equal tokens)", "",
+            "| family | best arm | gold | gain over SFT | arms in this report |",
+            "|---|---|---|---|---|", *rows, ""]
+
+
+def _axis_value(p: dict, axis: str):
+    c = p.get("cost") or {}
+    if axis == "rm_tokens":
+        vals = [c.get("light_rm_tokens"), c.get("strong_rm_tokens")]
+        return None if vals[0] is None else sum(v or 0 for v in vals)
+    return c.get(axis)
+
+
+def _cost_figure(path: Path, runs: dict, sft_gold: float, baseline: str) -> list[str]:
+    """Gold against each compute axis (AXES) whose counts every run of an arm recorded at its
+    checkpoints; returns the axes drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = []
+    data = {}
+    for axis, label in AXES:
+        per_arm = {}
+        for a, rs in runs.items():
+            pts = [[(0, sft_gold)] + [(_axis_value(p, axis), p["gold_mean"]) for p in r["points"]]
+                   for r in rs]
+            if all(x is not None and x > 0 for run in pts for x, _ in run[1:]):
+                per_arm[a] = pts
+        if per_arm:
+            data[axis] = (label, per_arm)
+            drawn.append(label)
+    if not data:
+        return []
+    fig, axs = plt.subplots(1, len(data), figsize=(5.2 * len(data), 4.2), dpi=100, squeeze=False)
+    for ax, (axis, (label, per_arm)) in zip(axs[0], data.items()):
+        top = max(x for pts in per_arm.values() for run in pts for x, _ in run)
+        grid = np.linspace(0, top, 201)
+        for a, pts in per_arm.items():
+            m = st.mean_curve(np.array([st.curve(run, grid) for run in pts]))
+            ok = np.isfinite(m)
+            ax.plot(grid[ok], m[ok], label=a, lw=2.2 if a == baseline else 1.4)
+        ax.axhline(sft_gold, color="grey", ls=":", lw=1)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axs[0][0].set_ylabel("held-out gold (mean over seeds)")
+    axs[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return drawn
 
 
 def _update_section(out: Path) -> list[str]:
@@ -243,7 +452,7 @@ def _figure(path: Path, grid, curves: dict, sft_gold: float, target: float, t_eq
 
 def _write(report: Path, lines: list[str], stale: list[str]) -> None:
     if stale:
-        lines += ["", "Left out (budget or inputs differ from this setup): "
-                  + ", ".join(f"`{s}`" for s in stale), ""]
+        lines += ["", "### Stale: left out, never merged", "",
+                  *(f"- `{s}`" for s in stale), ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines).rstrip() + "\n")

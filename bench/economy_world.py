@@ -72,3 +72,42 @@ def build(root: Path) -> dict[str, Path]:
     held = root / "held_out.json"
     held.write_text(json.dumps([[f"h{i:02d}", t] for i, t in enumerate(HELD_OUT)]))
     return {"sft": root / "sft", "rm_light": root / "rm_light", "pool": pool, "held_out": held}
+
+
+def build_artifacts(root: Path) -> Path:
+    """The same world in the pipeline's artifacts layout (`root` = an `artifacts/` folder):
+    models/sft, models/rm_light and the store's pool (ppo and eval splits), similar and
+    difficulty tables, so bench/dvc.yaml's stages run end to end in seconds without `make run`.
+
+        .venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); import economy_world as w, \
+pathlib; w.build_artifacts(pathlib.Path('/tmp/tiny-artifacts'))"
+    """
+    import shutil
+    import tempfile
+
+    from rlhf.store.hashing import prompt_key
+    from rlhf.store.io import write_shard
+
+    scratch = Path(tempfile.mkdtemp(prefix="economy-world-"))
+    world = build(scratch)
+    for name in ("sft", "rm_light"):
+        shutil.rmtree(root / "models" / name, ignore_errors=True)
+        shutil.copytree(world[name], root / "models" / name)
+    shutil.rmtree(scratch, ignore_errors=True)
+    texts = [(f"p{i:02d}", t, "ppo") for i, t in enumerate(TRAIN)] + [
+        (f"h{i:02d}", t, "eval") for i, t in enumerate(HELD_OUT)]
+    pool = [{"prompt_id": pid, "prompt_key": prompt_key(pid), "text": t, "source_type": "human",
+             "source_file": "world.jsonl", "source_line": i, "dedup_cluster": i,
+             "cluster_size": 1, "topic_cluster": i % 2, "n_tokens": len(t.split()), "split": split}
+            for i, (pid, t, split) in enumerate(texts)]
+    similar = [{"prompt_id": "s00", "text": "tell me about a cat", "source_file": "world.jsonl",
+                "source_line": 99, "representative_id": "p00", "dedup_cluster": 0,
+                "distance": 0.1}]
+    difficulty = [{"prompt_id": pid, "prompt_key": prompt_key(pid), "text": t, "split": split,
+                   "topic_cluster": i % 2, "length": 8, "logprob_std": 0.5, "rm_score": 0.0,
+                   "score": float(i % 10), "bucket": ("low", "mid", "high")[i % 3]}
+                  for i, (pid, t, split) in enumerate(texts)]
+    for table, rows in (("pool", pool), ("similar", similar), ("difficulty", difficulty)):
+        shutil.rmtree(root / "store" / table, ignore_errors=True)
+        write_shard(table, rows, root / "store" / table / "part-00000.parquet")
+    return root

@@ -1,0 +1,278 @@
+"""The benchmark as a DVC pipeline: bench/dvc.yaml is generated here from the arms, never typed.
+
+One stage per arm whose `matrix` runs it once per seed (`arm_<name>@<seed>`); its deps are
+exactly the code that arm runs, the params it reads and the pipeline artifacts it starts from, so
+touching one feature's module makes exactly the arms that switch that feature on stale and the
+rest come from DVC's cache. Besides the arms: `setup` (what every job shares), `sft` (the SFT
+policy's gold, the point at 0 tokens) and two reports, `report` (the headline arms, writes
+BENCHMARKS.md) and `report_all` (every arm, bench/BENCHMARKS_ALL.md).
+
+    .venv/bin/python bench/economy_dvc.py            # rewrites bench/dvc.yaml
+    .venv/bin/python bench/economy_dvc.py --check    # exit 1 when bench/dvc.yaml is out of date
+
+Paths here are repository paths; the stage file names them from bench/ (`../pipeline/...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+DVC_YAML = BENCH / "dvc.yaml"
+BENCH_PARAMS = "params.yaml"  # bench/params.yaml: the budget, the seeds, the headline arms
+A = "artifacts"
+# the pipeline artifacts every job starts from (root dvc.yaml's outs)
+COMMON_ARTIFACTS = (f"{A}/models/sft", f"{A}/models/rm_light", f"{A}/store/pool",
+                    f"{A}/store/similar", f"{A}/store/difficulty")
+# a feature input (economy.SETUP_KEY key) -> the artifact it is read from
+INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
+                   "rm_strong": f"{A}/models/rm_strong",  # with its score_map.json
+                   "score_map": f"{A}/models/rm_strong", "routes": f"{A}/store/routes"}
+# code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
+SHARED_CODE = ("bench/economy.py", "pipeline/config.py", "pipeline/policy.py",
+               "pipeline/generation.py", "pipeline/text.py", "pipeline/heldout_prompts.py",
+               "pipeline/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
+               "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
+               "store/hashing.py", "store/rollouts.py")
+# what the TRL peers run of ours besides SHARED_CODE
+PEER_CODE = ("bench/economy_peers.py", "pipeline/ppo/accounting.py", "pipeline/ppo/scoring.py",
+             "pipeline/ppo/samplers.py", "pipeline/ppo/config.py", "pipeline/ppo/schedules.py",
+             "pipeline/ppo/heldout_gold.py", "pipeline/ppo/generate.py", "pipeline/ppo/core.py",
+             "pipeline/ppo/rollout.py")
+# the code of each feature, by the PPOConfig switches that turn it on. A module listed here is
+# that feature's alone unless our trainer's own loop imports it for plain PPO too (SHARED_PPO).
+FEATURE_MODULES: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("prune_on", "resample_on"): ("pipeline/ppo/features/sample_economy.py", "bench/economy_sample.py"),
+    ("schedule_on",): ("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py",
+                       "bench/economy_schedule.py"),
+    ("escalate_below", "escalate_score_quantile", "escalate_high_risk", "escalate_uncertain",
+     "human_labels_per_step", "route_budget_on"): (
+        "pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py", "pipeline/world/annotators.py",
+        "pipeline/preferences", "pipeline/router.py", "bench/economy_tiers.py"),
+    ("rm_evolve_on", "rm_gate_mask_on"): (
+        "pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py",
+        "pipeline/reward/distill.py", "pipeline/reward/score_map.py", "bench/economy_tiers.py"),
+    ("stratified",): ("pipeline/difficulty.py",),
+}
+# modules a feature names that plain PPO's loop runs as well: every ppo arm depends on them
+SHARED_PPO = ("pipeline/ppo/schedules.py", "pipeline/ppo/diagnostics.py",
+              "pipeline/ppo/critic.py", "pipeline/ppo/generate.py")
+REPORT_CODE = ("bench/economy.py", "bench/economy_report.py", "bench/economy_stats.py",
+               "bench/economy_sample.py", "bench/economy_schedule.py", "bench/economy_tiers.py")
+
+
+def _on(value) -> bool:
+    return value not in (None, False, 0, 0.0, "none", "")
+
+
+def feature_modules() -> set[str]:
+    """Every module some feature owns (the feature registry's, when it declares `modules`,
+    plus the bench-side ones; else FEATURE_MODULES), less what every arm runs anyway."""
+    reg = _registry()
+    mods = {m for ms in FEATURE_MODULES.values() for m in ms
+            if reg is None or m.startswith("bench/") or m == "pipeline/difficulty.py"}
+    if reg is not None:
+        mods |= {m for f in reg.FEATURES.values() for m in f.modules}
+    return {m for m in mods if (REPO / m).exists()} - set(SHARED_PPO) - set(SHARED_CODE)
+
+
+def uses(module: str, arm_name: str, base_cfg) -> bool:
+    """Whether `arm_name` switches on a feature that owns `module` (the registry's `on` rule
+    where the checkout has a registry, else FEATURE_MODULES' switches)."""
+    import economy
+
+    arm = economy.ARMS[arm_name]
+    if arm.trainer != "ppo":
+        return False
+    on = arm_switches(arm_name, base_cfg)
+    local = any(_on(on.get(s)) for sw, mods in FEATURE_MODULES.items() if module in mods
+                for s in sw)
+    reg = _registry()
+    if reg is None:
+        return local
+    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    bench_side = module.startswith("bench/") or module == "pipeline/difficulty.py"
+    return (local and bench_side) or any(f.on(cfg) for f in reg.FEATURES.values()
+                                         if module in f.modules)
+
+
+def _registry():
+    """The feature registry (pipeline/ppo/features) when this checkout has one, else None."""
+    try:
+        from rlhf.pipeline.ppo.features import registry
+    except ImportError:
+        return None
+    return registry if any(f.modules for f in registry.FEATURES.values()) else None
+
+
+def arm_switches(arm_name: str, base_cfg) -> dict:
+    """{switch: value} an arm turns on against plain PPO (its config, as it trains)."""
+    import economy
+    from rlhf.pipeline.ppo.config import features_on
+
+    arm = economy.ARMS[arm_name]
+    if arm.trainer != "ppo":
+        return {}
+    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    return {**features_on(cfg), **({"stratified": True} if arm.stratified else {})}
+
+
+def arm_code(arm_name: str, base_cfg) -> list[str]:
+    """The repository files an arm runs: shared code, the trainer's (ours: every pipeline/ppo
+    module that is no feature's alone; a peer: economy_peers.py and what it imports of ours) and
+    the modules of the features it switches on."""
+    import economy
+
+    arm = economy.ARMS[arm_name]
+    code = set(SHARED_CODE)
+    if arm.trainer != "ppo":
+        return sorted(code | set(PEER_CODE))
+    owned = feature_modules()
+    core = {str(p.relative_to(REPO)) for p in (REPO / "pipeline" / "ppo").rglob("*.py")}
+    code |= (core - owned) | set(SHARED_PPO)
+    on = arm_switches(arm_name, base_cfg)
+    reg = _registry()
+    if reg is not None:
+        cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+        code |= {m for f in reg.on(cfg) for m in f.modules}
+    for switches, mods in FEATURE_MODULES.items():
+        if any(_on(on.get(s)) for s in switches):
+            code |= {m for m in mods if reg is None or m.startswith("bench/")
+                     or m == "pipeline/difficulty.py"}
+    return sorted(p for p in code if (REPO / p).exists())
+
+
+def arm_artifacts(arm_name: str) -> list[str]:
+    import economy
+
+    arm = economy.ARMS[arm_name]
+    extra = {INPUT_ARTIFACTS[k] for k in INPUT_ARTIFACTS if economy.reads(arm, k)}
+    if arm.trainer == "ppo" and arm.overrides.get("schedule_on"):
+        extra.add(INPUT_ARTIFACTS["pool_embeddings"])
+    return sorted(set(COMMON_ARTIFACTS) | extra)
+
+
+def arm_params(arm_name: str, base_cfg) -> dict[str, list[str]]:
+    """{params file (repository path): keys} an arm reads."""
+    import economy
+
+    arm = economy.ARMS[arm_name]
+    root = ["ppo", "judge"]
+    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    if arm.trainer == "ppo" and (cfg.human_labels_per_step or (
+            cfg.rm_evolve_on and cfg.rm_label_source == "annotators")):
+        root.append("preferences")  # the human queue's annotator pool
+    return {"params.yaml": root,
+            f"bench/{BENCH_PARAMS}": ["economy.steps", "economy.tokens", "economy.points"]}
+
+
+def bench_params(path: Path = BENCH / BENCH_PARAMS) -> dict:
+    """bench/params.yaml's `economy:` section."""
+    import yaml
+
+    return yaml.safe_load(path.read_text())["economy"]
+
+
+def _rel(path: str) -> str:
+    """A repository path as bench/dvc.yaml names it (from bench/)."""
+    return path[len("bench/"):] if path.startswith("bench/") else "../" + path
+
+
+def stages(params: Path = REPO / "params.yaml") -> dict:
+    """bench/dvc.yaml's `stages:` mapping."""
+    import economy
+    from rlhf.pipeline.config import load_section
+
+    base = load_section(params, "ppo")
+    results = "results"
+    setup_json = f"{results}/setup.json"
+    budget_keys = {BENCH_PARAMS: ["economy.steps", "economy.tokens", "economy.points"]}
+    out: dict = {"setup": {
+        "cmd": "python economy.py --dvc setup",
+        "deps": [_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE)],
+        "params": [{"../params.yaml": ["ppo", "judge"]}, budget_keys],
+        "outs": [setup_json]}}
+    out["sft"] = {"cmd": "python economy.py --dvc sft",
+                  "deps": [setup_json, *(_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE))],
+                  "outs": [f"{results}/sft.json"]}
+    for name in economy.ARMS:
+        ps = arm_params(name, base)
+        out[f"arm_{name}"] = {
+            "matrix": {"seed": list(bench_params()["seeds"])},
+            "cmd": f"python economy.py --dvc {name} ${{item.seed}}",
+            "deps": [setup_json, *(_rel(p) for p in arm_artifacts(name)),
+                     *(_rel(p) for p in arm_code(name, base))],
+            "params": [{"../" + f if not f.startswith("bench/") else f[len("bench/"):]: keys}
+                       for f, keys in ps.items()],
+            "outs": [f"{results}/{name}/seed${{item.seed}}.json"]}
+    bp = bench_params()
+    for stage, arms, report in (("report", bp["headline"], "../BENCHMARKS.md"),
+                                ("report_all", list(economy.ARMS), "BENCHMARKS_ALL.md")):
+        out[stage] = {
+            "cmd": f"python economy.py --dvc {stage}",
+            "deps": [setup_json, f"{results}/sft.json",
+                     *(f"{results}/{a}/seed{s}.json" for a in arms for s in bp["seeds"]),
+                     *(_rel(p) for p in REPORT_CODE)],
+            "params": [{BENCH_PARAMS: ["economy.headline", "economy.seeds", "economy.timing"]}],
+            "outs": [{report: {"cache": False}},
+                     {f"figures/{Path(report).stem.lower()}": {"cache": False}}]}
+    return out
+
+
+HEADER = """\
+# The rollout-economy benchmark as a DVC pipeline (docs/benchmarks.md). GENERATED by
+# bench/economy_dvc.py from bench/economy.py's arms: rerun it, never edit by hand.
+#   make bench        the headline arms (bench/params.yaml economy.headline) x economy.seeds
+#   make bench-all    every arm
+# One stage per arm, run once per seed (matrix); its deps are the code it runs, the params it
+# reads and the artifacts it starts from, so a change reruns only the arms it touches.
+"""
+
+
+def render(params: Path = REPO / "params.yaml") -> str:
+    import yaml
+
+    return HEADER + yaml.safe_dump({"stages": stages(params)}, sort_keys=False, width=100)
+
+
+def targets(which: str) -> list[str]:
+    """The bench stages `make bench` / `make bench-all` reproduce, upstream first. They run
+    one by one (`dvc repro --single-item`): the pipeline's own stages are never rebuilt from
+    here (`make bench` refuses to start while `dvc status dvc.yaml` reports a change)."""
+    import economy
+
+    arms = bench_params()["headline"] if which == "headline" else list(economy.ARMS)
+    report = "report" if which == "headline" else "report_all"
+    return [f"bench/dvc.yaml:{s}" for s in ("setup", "sft", *(f"arm_{a}" for a in arms),
+                                            report)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when bench/dvc.yaml is stale")
+    ap.add_argument("--targets", choices=("headline", "all"),
+                    help="print the stages of `make bench` (headline) or `make bench-all`, in "
+                         "order, as `dvc repro --single-item` takes them")
+    args = ap.parse_args(argv)
+    if args.targets:
+        print(" ".join(targets(args.targets)))
+        return 0
+    text = render()
+    if args.check:
+        if not DVC_YAML.exists() or DVC_YAML.read_text() != text:
+            print("bench/dvc.yaml is out of date: run `python bench/economy_dvc.py`")
+            return 1
+        print("bench/dvc.yaml is up to date")
+        return 0
+    DVC_YAML.write_text(text)
+    print(f"wrote {DVC_YAML.relative_to(REPO)} ({len(stages())} stages)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

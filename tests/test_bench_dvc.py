@@ -1,0 +1,173 @@
+"""bench/dvc.yaml: generated from the arms, each arm's deps exactly the code it runs (a feature's
+module is a dep of an arm iff the arm switches that feature on), and the one-commit rule of the
+report (a result from a dirty tree or from code that changed since is refused, one whose files
+did not change is carried over)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import economy
+import economy_dvc
+import economy_report
+from rlhf.pipeline.config import load_section
+
+STAGES = yaml.safe_load((REPO / "bench" / "dvc.yaml").read_text())["stages"]
+BASE = load_section(REPO / "params.yaml", "ppo")
+
+
+def deps(arm: str) -> set[str]:
+    return set(STAGES[f"arm_{arm}"]["deps"])
+
+
+def stale_after_touching(path: str) -> set[str]:
+    """The arms DVC reruns when `path` (a repository file) changes: those whose deps name it
+    or a folder above it."""
+    rel = economy_dvc._rel(path)
+    return {a for a in economy.ARMS if any(rel == d or rel.startswith(d.rstrip("/") + "/")
+                                           for d in deps(a))}
+
+
+def test_the_stage_file_is_the_generated_one():
+    assert (REPO / "bench" / "dvc.yaml").read_text() == economy_dvc.render(), \
+        "bench/dvc.yaml is out of date: run python bench/economy_dvc.py"
+    assert {f"arm_{a}" for a in economy.ARMS} | {"setup", "sft", "report", "report_all"} \
+        == set(STAGES)
+    seeds = economy_dvc.bench_params()["seeds"]
+    for a in economy.ARMS:
+        st = STAGES[f"arm_{a}"]
+        assert st["matrix"] == {"seed": seeds}
+        assert st["outs"] == [f"results/{a}/seed${{item.seed}}.json"]
+
+
+def test_touching_a_feature_module_makes_exactly_the_arms_that_switch_it_on_stale():
+    owned = economy_dvc.feature_modules()
+    assert owned, "no feature module found"
+    for module in sorted(owned):
+        users = {a for a in economy.ARMS if economy_dvc.uses(module, a, BASE)}
+        assert stale_after_touching(module) == users, module
+
+
+def test_the_arms_a_change_reruns_by_name():
+    by_name = {p.rsplit("/", 1)[-1]: p for p in economy_dvc.feature_modules()}
+    prune = {"pruning", "resampling", "pruning_resampling", "pruning_literal",
+             "pruning_literal_truncation", "pruning_norep", "pruning_norep_truncation",
+             "all_economy", "all_economy_ungated"}
+    assert stale_after_touching(by_name["sample_economy.py"]) == prune
+    assert stale_after_touching(by_name["scheduler.py"]) == {
+        "scheduler", "scheduler_loose", "all_economy", "all_economy_ungated"}
+    assert stale_after_touching(by_name["rm_evolution.py"]) == {
+        "rm_evolution", "rm_evolution_ungated", "rm_evolution_human", "all_economy",
+        "all_economy_ungated"}
+    # our trainer's loop: every arm of ours, no TRL peer; the peers' module: the peers alone
+    ours = {a for a, arm in economy.ARMS.items() if arm.trainer == "ppo"}
+    assert stale_after_touching("pipeline/ppo/trainer.py") == ours
+    assert stale_after_touching("bench/economy_peers.py") == {"grpo", "grpo_dapo", "rloo"}
+    assert stale_after_touching("pipeline/ppo/accounting.py") == set(economy.ARMS)
+    assert stale_after_touching("bench/economy_report.py") == set()
+
+
+def test_artifacts_and_params_follow_the_inputs_an_arm_reads():
+    assert "../artifacts/store/pool_embeddings" in deps("scheduler")
+    assert "../artifacts/store/pool_embeddings" not in deps("plain")
+    assert "../artifacts/models/rm_strong" in deps("level02")
+    assert "../artifacts/models/rm_strong" not in deps("grpo")
+    for a in economy.ARMS:
+        assert {"../artifacts/models/sft", "../artifacts/models/rm_light",
+                "../artifacts/store/pool", "results/setup.json"} <= deps(a)
+    prefs = {a for a in economy.ARMS
+             if "preferences" in STAGES[f"arm_{a}"]["params"][0]["../params.yaml"]}
+    assert "level02" in prefs and "rm_evolution_human" in prefs and "plain" not in prefs
+    headline = set(economy_dvc.bench_params()["headline"])
+    assert {"plain", "grpo", "rloo", "grpo_dapo"} <= headline
+    reported = {d.split("/")[1] for d in STAGES["report"]["deps"] if d.count("/") == 2}
+    assert reported == headline  # `make bench` runs the headline arms and nothing else
+
+
+# --------------------------------------------------------------------------- one commit
+def _git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository with two files an arm runs, in place of the checkout."""
+    (tmp_path / "a.py").write_text("a = 1\n")
+    (tmp_path / "b.py").write_text("b = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    monkeypatch.setattr(economy, "REPO", tmp_path)
+    monkeypatch.setattr(economy, "job_code", lambda setup, arm: ["a.py", "b.py"])
+    return tmp_path
+
+
+def _commit(repo, msg):
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", msg)
+
+
+def test_a_result_from_a_clean_tree_is_kept_while_its_files_do_not_change(repo):
+    res = {"provenance": economy.provenance(["a.py", "b.py"])}
+    assert res["provenance"]["dirty"] == []
+    assert economy_report.code_verdict(res, {}, "plain") is None
+    (repo / "c.txt").write_text("unrelated\n")  # a later commit that leaves its files alone
+    _git(repo, "add", "c.txt")
+    _commit(repo, "two")
+    assert economy_report.code_verdict(res, {}, "plain") is None  # carried over, not rerun
+    (repo / "b.py").write_text("b = 2\n")
+    _commit(repo, "three")
+    why = economy_report.code_verdict(res, {}, "plain")
+    assert why and "changed since" in why and "b.py" in why
+
+
+def test_a_result_from_a_dirty_tree_is_refused(repo):
+    (repo / "a.py").write_text("a = 2\n")  # not committed
+    res = {"provenance": economy.provenance(["a.py", "b.py"])}
+    assert res["provenance"]["dirty"] == ["a.py"]
+    why = economy_report.code_verdict(res, {}, "plain")
+    assert why and "dirty tree" in why and "a.py" in why
+    assert "no provenance" in economy_report.code_verdict({}, {}, "plain")
+
+
+def test_collect_lists_refused_results_as_stale_never_merges_them(repo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    clean = {"spec": {"s": 1}, "provenance": economy.provenance(["a.py", "b.py"])}
+    (repo / "a.py").write_text("a = 3\n")
+    dirty = {"spec": {"s": 1}, "provenance": economy.provenance(["a.py", "b.py"])}
+    for seed, res in ((0, clean), (1, dirty)):
+        (out / "results" / "plain").mkdir(parents=True, exist_ok=True)
+        (out / "results" / "plain" / f"seed{seed}.json").write_text(json.dumps(res))
+    runs, stale = economy_report.collect({}, out, ["plain"], lambda s, a: {"s": 1},
+                                         lambda saved, spec: saved == spec, seeds=[0, 1, 2],
+                                         check_code=True)
+    assert len(runs["plain"]) == 1
+    assert len(stale) == 2 and "dirty tree" in stale[0] and "missing" in stale[1]
+
+
+# --------------------------------------------------------------------------- the report's columns
+def test_last_point_says_whether_an_arm_still_rises():
+    def run(*golds):
+        return {"points": [{"gold_mean": g} for g in golds]}
+
+    assert economy_report.last_point([run(0.5, 0.6), run(0.5, 0.61), run(0.5, 0.59)]).endswith(
+        "rising)")
+    assert "flat or noisy" in economy_report.last_point([run(0.6, 0.6), run(0.6, 0.61),
+                                                          run(0.6, 0.59)])
+
+
+def test_seconds_are_compared_only_under_a_timing_protocol():
+    rs = [{"cost": {"tokens_generated": 10, "gen_token_forwards": 30}, "seconds_train": s,
+           "seconds_eval": 1.0} for s in (5.0, 7.0, 6.0)]
+    arms = {"plain": economy.ARMS["plain"]}
+    text = "\n".join(economy_report.cost_section({"plain": rs}, arms, "none"))
+    assert "policy token-fwd (gen)" in text and "| 30 |" in text
+    assert "train s" not in text and "No seconds comparison" in text
+    timed = "\n".join(economy_report.cost_section({"plain": rs}, arms, "serial"))
+    assert "timing protocol `serial`" in timed and "| plain | 6 [5, 7] | 1 |" in timed
