@@ -2,7 +2,8 @@
 
 `load_config(params_path, "world")` is what every stage command reads: the typed dataclass,
 every key given by the file (a missing section or key is an error, never a dataclass default);
-unknown keys and mistyped values fail with an error naming the key and the section.
+unknown keys and mistyped values fail with an error naming the key and the section, and a
+number outside its declared range (pipeline/ranges.py) with `section.key = value: allowed ...`.
 `load_section` builds the same dataclass with the defaults for absent keys (library use: tests,
 benchmarks). Hyperparameters live only in `params.yaml`; each field is documented once, in its
 stage's dataclass.
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from rlhf.pipeline import ranges
 
 T = TypeVar("T")
 
@@ -103,6 +106,7 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
             f"[{where}] unknown key(s) {', '.join(map(repr, unknown))}; "
             f"known keys: {', '.join(sorted(fields))}"
         )
+    table = ranges.RANGES.get(cls.__name__, {})
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = hints[name]
@@ -114,6 +118,8 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
                 f"[{where}] key {name!r} must be {getattr(tp, '__name__', tp)}, "
                 f"got {value!r} ({type(value).__name__})"
             )
+        if (msg := ranges.check(where, name, value, table.get(name, ranges.FINITE))):
+            raise ConfigError(msg)
         if tp is float and isinstance(value, int):
             value = float(value)
         if typing.get_origin(tp) is tuple and isinstance(value, list):
