@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test setup lock lint clean
+.PHONY: run test test-fast setup lock lint clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: everything but the tests marked `slow` (the tiny trainings).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
 lock: setup

@@ -205,3 +205,16 @@ def complete_section(section: str, values: dict[str, Any]) -> dict[str, Any]:
                            and isinstance(v, dict) else v for k, v in over.items()}}
 
     return merge(plain(dataclasses.asdict(config_class(section)())), plain(values))
+
+
+def effective(cfg: Any) -> dict[str, Any]:
+    """The values a stage ran with, as plain YAML/JSON data (the report's `params`): every field
+    of its config, nested sections as mappings, tuples as lists."""
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x
+
+    return plain(dataclasses.asdict(cfg))

@@ -92,6 +92,8 @@ RANGES: dict[str, dict[str, Spec]] = {
         "exact_max_size": Range(2), "partition_size": Range(2), "merge_partitions": NONNEG,
         "topic_clusters": COUNT, "split_fractions": PROB, "seed": NONNEG,
         "rows_per_shard": COUNT,
+        # the index path (close-pair graph): rows per list, lists probed, exact-linkage cap
+        "ann_list_size": COUNT, "ann_probe": COUNT, "component_max_size": Range(2),
     },
     # PPOConfig lives in pipeline/ppo/config.py; its ranges live here, keyed by field name
     "PPOConfig": {
@@ -110,7 +112,8 @@ RANGES: dict[str, dict[str, Spec]] = {
         "gradnorm_reference_steps": COUNT, "gradnorm_shift_decades": POS,
         "gradnorm_bimodal_separation": POS,
         "rollout_dropout": FRACTION_LT1,
-        "critic_hidden_size": COUNT, "critic_layers": COUNT, "critic_heads": COUNT,
+        "critic_hidden_size": COUNT, "critic_heads": COUNT,
+        "critic_layers": NONNEG,  # the light critic's >= 1 is a cross-field rule
         "critic_max_tokens": COUNT, "critic_huber_delta": POS, "critic_kl_reg_coef": NONNEG,
         "reward_attention_high": POS, "reward_attention_low": NONNEG,
         "reward_attention_frac": PROB,

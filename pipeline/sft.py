@@ -228,7 +228,9 @@ def default_judge() -> Callable[[str, str], float]:
 def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
         tokenizer_path: str | Path | None = None, model_config_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None) -> dict[str, Any]:
-    """The `sft` stage: train, save, judge held-out prompts; returns the report."""
+    """The `sft` stage: train, save, judge held-out prompts; returns the report (with `params`,
+    the values of the section it ran with)."""
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy
 
     demos = read_demonstrations(demos_path)
@@ -238,6 +240,7 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
     model, tok = load_policy(out_dir)
     judge = judge or default_judge()
     metrics["judge"] = getattr(judge, "name", "world_gold")
+    metrics["params"] = effective(cfg)
     metrics.update(judge_policy(model, tok, prompts, judge, cfg))
     # the demonstrations themselves, judged the same way: the ceiling SFT can imitate
     metrics["gold_mean_demonstrations"] = (

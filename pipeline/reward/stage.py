@@ -412,7 +412,8 @@ def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, da
     calib, report_half = _calibration_halves(held)
     strong.temperature = fit_temperature(_pair_margins(strong, calib))
     save_scorer(folder, names, references, strong.temperature, cfg.aggregation,
-                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params}, precision)
+                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params}, precision,
+                gate=cfg.confidence_gate)
     margins = _pair_margins(strong, held)  # [members, pairs]
     gold_held = _gold_pairs(held)
     gold_margins = _pair_margins(strong, gold_held)
@@ -471,7 +472,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     light_tok.save_pretrained(folder)
     save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
                 {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)},
-                strong.precision)
+                strong.precision, gate=cfg.confidence_gate)
     return light, {
         "light_train_seconds": seconds,
         "n_distill_samples": len(ids),
@@ -561,6 +562,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
     None: this section's temperature, top-p 1."""
     import torch
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.scorer import resolve_precision
     from rlhf.pipeline.reward.train import resolve_backbone
@@ -579,7 +581,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
     precision = resolve_precision(cfg.precision)
     metrics: dict[str, Any] = {**data.report, "backbone": cfg.backbone, "precision": precision,
-                               "judge": getattr(judge, "name", "world_gold")}
+                               "judge": getattr(judge, "name", "world_gold"),
+                               "params": effective(cfg), "confidence_gate": cfg.confidence_gate}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
