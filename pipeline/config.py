@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-
 from rlhf.pipeline import ranges
 
 T = TypeVar("T")

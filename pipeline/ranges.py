@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,9 @@ class Range:
     def allows(self, x: float) -> bool:
         if not math.isfinite(x):
             return False
-        if self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo):
-            return False
-        if self.hi is not None and (x >= self.hi if self.hi_open else x > self.hi):
-            return False
-        return True
+        above = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
+        below = self.hi is None or (x < self.hi if self.hi_open else x <= self.hi)
+        return above and below
 
     def __str__(self) -> str:
         if self.lo is not None and self.hi is not None:
@@ -66,7 +64,7 @@ FRACTION_LT1 = Range(0, 1, hi_open=True)   # a fraction that must leave somethin
 TOP_P = Range(0, 1, lo_open=True)          # nucleus mass: 0 would keep no token
 FINITE = Range()                           # any finite number (a signed bias)
 
-Spec = Union[Range, tuple[Range, ...]]
+Spec = Range | tuple[Range, ...]
 
 _MODEL_SHAPE = {k: COUNT for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                    "num_attention_heads", "num_key_value_heads",

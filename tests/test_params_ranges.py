@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from rlhf.cli.app import app
 from rlhf.pipeline import ranges
 from rlhf.pipeline.config import SECTIONS, ConfigError, build, config_class, load_all
+from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS_FILES = [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*/params.yaml"))]
