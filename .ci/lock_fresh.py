@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     found = []
     for target in targets:
         run = subprocess.run([str(dvc) if dvc.exists() else "dvc", "status", "--json", target],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, check=False)
         if run.returncode:
             print(f"lock check: dvc status {target} failed: {run.stderr.strip()}", file=sys.stderr)
             return 2
