@@ -189,11 +189,15 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         model = trainer.model
         if cfg.lora:
             model = model.merge_and_unload()
+    from rlhf.store.io import staged_folders
+
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    # a hidden staging sibling swapped in whole: a kill while saving leaves the previous policy
+    # (or none), never a half-written folder a rerun would load
+    with staged_folders([out_dir]) as staged:
+        model.save_pretrained(staged[out_dir])
+        tok.save_pretrained(staged[out_dir])
     return {
         "train_loss": float(result.training_loss),
         "eval_loss": eval_loss,
