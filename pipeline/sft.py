@@ -265,6 +265,8 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         "n_heldout": len(held_rows),
         "n_params": int(sum(p.numel() for p in model.parameters())),
         "train_seconds": round(train_seconds, 1),
+        # the optimiser step a kill left the last complete checkpoint at (0: a fresh start)
+        "resumed_from_step": int(resume.rpartition("-")[2]) if resume else 0,
     }
 
 

@@ -76,9 +76,10 @@ def test_sft_killed_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path
             proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "model.safetensors").exists()  # no policy until the run completes
-    killed_at = sorted(ckpt.glob("checkpoint-*"))
-    assert killed_at, "no checkpoint to resume from"
-    steps_done = int(killed_at[-1].name.rpartition("-")[2])
+    complete = [int(d.parent.name.rpartition("-")[2])
+                for d in ckpt.glob(f"checkpoint-*/{CHECKPOINT_MARK}")]
+    assert complete, "no checkpoint to resume from"
+    steps_done = max(complete)
 
     rerun = subprocess.run(cmd(out), env=_env(), capture_output=True, text=True, timeout=600,
                            check=False)
@@ -88,6 +89,10 @@ def test_sft_killed_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path
     assert a.keys() == b.keys()
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert worst <= 1e-5, (worst, steps_done)
+    # the rerun resumed where the kill left it (a fresh start would end with the same weights)
+    last = lambda run: json.loads(run.stdout.strip().splitlines()[-1])  # noqa: E731
+    assert last(rerun)["resumed_from_step"] == steps_done > 0
+    assert last(whole)["resumed_from_step"] == 0
 
 
 def test_checkpoints_of_other_inputs_are_not_resumed(tmp_path):
