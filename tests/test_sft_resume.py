@@ -90,7 +90,7 @@ def test_sft_killed_after_an_epoch_resumes_to_the_uninterrupted_weights(tmp_path
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert worst <= 1e-5, (worst, steps_done)
     # the rerun resumed where the kill left it (a fresh start would end with the same weights)
-    last = lambda run: json.loads(run.stdout.strip().splitlines()[-1])  # noqa: E731
+    last = lambda run: json.loads(run.stdout.strip().splitlines()[-1])
     assert last(rerun)["resumed_from_step"] == steps_done > 0
     assert last(whole)["resumed_from_step"] == 0
 
