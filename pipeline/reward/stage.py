@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -283,19 +284,67 @@ def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
         "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks)})
 
 
+MEMBER_MARK = ".complete"  # written into a member checkpoint once all of it is saved
+
+
+def member_checkpoints(out_strong: str | Path) -> Path:
+    """The hidden sibling of the strong RM folder that keeps each trained member until the stage
+    completes: a rerun after a kill loads the members already trained instead of retraining."""
+    out_strong = Path(out_strong)
+    return out_strong.parent / f".{out_strong.name}.checkpoints"
+
+
+def _members_fingerprint(cfg: RewardConfig, init: str, train_pairs: list[dict],
+                         precision: str) -> str:
+    """What the members are trained from: a checkpoint of other inputs is never loaded."""
+    import hashlib
+
+    from rlhf.pipeline.config import effective
+
+    pairs = hashlib.sha256(json.dumps(train_pairs, sort_keys=True, default=str).encode())
+    return json.dumps({"train": effective(cfg.train), "seed": cfg.seed, "init": init,
+                       "bootstrap": cfg.bootstrap, "n_ensemble": cfg.n_ensemble,
+                       "precision": precision, "train_pairs_sha256": pairs.hexdigest()},
+                      sort_keys=True)
+
+
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
-                 log, precision: str = "fp32") -> tuple[list, list[str]]:
-    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`."""
+                 log, precision: str = "fp32", checkpoints: Path | None = None
+                 ) -> tuple[list, list[str]]:
+    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
+    With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
+    found there complete and trained from the same inputs is loaded, not retrained."""
+    from rlhf.pipeline.reward.scorer import load_rm
     from rlhf.pipeline.reward.train import init_rm, train_rm
 
+    if checkpoints is not None:
+        stamp, fingerprint = checkpoints / "inputs.json", _members_fingerprint(
+            cfg, init, train_pairs, precision)
+        if not stamp.is_file() or stamp.read_text() != fingerprint:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+            checkpoints.mkdir(parents=True)
+            stamp.write_text(fingerprint)
     members, names = [], []
     for i in range(cfg.n_ensemble):
-        log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
-        data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
-                if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
-        model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
-                            seed=cfg.seed + i, precision=precision)
         name = f"member_{i}"
+        kept = checkpoints / name if checkpoints is not None else None
+        if kept is not None and (kept / MEMBER_MARK).is_file():
+            log(f"strong RM member {i + 1}/{cfg.n_ensemble}: trained before the last run was "
+                f"stopped, loaded from {kept}")
+            model = load_rm(kept)
+        else:
+            log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
+            data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
+                    if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
+            model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
+                                seed=cfg.seed + i, precision=precision)
+            if kept is not None:
+                shutil.rmtree(kept, ignore_errors=True)
+                model.save_pretrained(kept)
+                (kept / MEMBER_MARK).write_text("")
+                # score with the member as loaded, as a resumed run does (a freshly trained
+                # model's attention kernels can differ from a loaded one's in the last bits)
+                model = load_rm(kept)
         model.save_pretrained(folder / name)
         tok.save_pretrained(folder / name)
         members.append(model)
@@ -456,7 +505,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     with staged_folders([out_strong, out_light]) as staged:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
-                              strong_dir, log, precision)
+                              strong_dir, log, precision, member_checkpoints(out_strong))
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
                               data, strong_dir, precision)
@@ -479,6 +528,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         metrics["external"] = (
             step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log)
             if cfg.external_rm else {"skipped": "reward.external_rm is off"})
+    shutil.rmtree(member_checkpoints(out_strong), ignore_errors=True)  # both RMs are whole
     metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     if metrics_path:
