@@ -12,7 +12,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test setup lock lint clean bench bench-all
+.PHONY: run test test-fast setup lock lint clean bench bench-all
 
 setup: $(STAMP)
 
@@ -39,6 +39,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The edit-test loop: everything but the tests marked `slow` (the tiny trainings).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The rollout-economy benchmark (bench/dvc.yaml, docs/benchmarks.md), on `make run`'s artifacts:
 # `bench` the headline arms x 3 seeds -> BENCHMARKS.md; `bench-all` every arm (and

@@ -137,9 +137,14 @@ def _prune(d: dict) -> dict:
             if not (isinstance(v, dict) and not _prune(v))}
 
 
+# Significant digits of every float a metrics or report file holds: float noise below them
+# (summation order, a BLAS build) leaves the bytes, and so dvc.lock and `git status`, unchanged.
+METRIC_DIGITS = 6
+
+
 def _jsonable(x: Any) -> Any:
-    """NaN / inf as null (JSON has neither), tuples as lists, numpy scalars as Python numbers,
-    dates as ISO strings."""
+    """NaN / inf as null (JSON has neither), floats at `METRIC_DIGITS` significant digits,
+    tuples as lists, numpy scalars as Python numbers, dates as ISO strings."""
     import datetime as dt
     import math
 
@@ -151,6 +156,8 @@ def _jsonable(x: Any) -> Any:
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, float):
+        return float(f"{x:.{METRIC_DIGITS}g}")
     if isinstance(x, (dt.date, dt.datetime)):
         return x.isoformat()
     return x

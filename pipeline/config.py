@@ -2,7 +2,8 @@
 
 `load_config(params_path, "world")` is what every stage command reads: the typed dataclass,
 every key given by the file (a missing section or key is an error, never a dataclass default);
-unknown keys and mistyped values fail with an error naming the key and the section.
+unknown keys and mistyped values fail with an error naming the key and the section, and a
+number outside its declared range (pipeline/ranges.py) with `section.key = value: allowed ...`.
 `load_section` builds the same dataclass with the defaults for absent keys (library use: tests,
 benchmarks). Hyperparameters live only in `params.yaml`; each field is documented once, in its
 stage's dataclass.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from rlhf.pipeline import ranges
 
 T = TypeVar("T")
 
@@ -105,6 +107,7 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
             f"[{where}] unknown key(s) {', '.join(map(repr, unknown))}; "
             f"known keys: {', '.join(sorted(fields))}"
         )
+    table = ranges.RANGES.get(cls.__name__, {})
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = hints[name]
@@ -116,6 +119,8 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
                 f"[{where}] key {name!r} must be {getattr(tp, '__name__', tp)}, "
                 f"got {value!r} ({type(value).__name__})"
             )
+        if (msg := ranges.check(where, name, value, table.get(name, ranges.FINITE))):
+            raise ConfigError(msg)
         if tp is float and isinstance(value, int):
             value = float(value)
         if typing.get_origin(tp) is tuple and isinstance(value, list):
@@ -201,3 +206,16 @@ def complete_section(section: str, values: dict[str, Any]) -> dict[str, Any]:
                            and isinstance(v, dict) else v for k, v in over.items()}}
 
     return merge(plain(dataclasses.asdict(config_class(section)())), plain(values))
+
+
+def effective(cfg: Any) -> dict[str, Any]:
+    """The values a stage ran with, as plain YAML/JSON data (the report's `params`): every field
+    of its config, nested sections as mappings, tuples as lists."""
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x
+
+    return plain(dataclasses.asdict(cfg))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,12 +141,66 @@ def _trainer_class():
     return LabelsLossSFTTrainer
 
 
+CHECKPOINT_MARK = ".complete"  # written into a checkpoint once the trainer has saved all of it
+FINGERPRINT = "inputs.json"  # what the checkpoints were trained from
+
+
+def checkpoints_dir(out_dir: str | Path) -> Path:
+    """The hidden sibling of the policy folder that holds the epoch checkpoints of a run."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / f".{out_dir.name}.checkpoints"
+
+
+def _fingerprint(cfg: SftConfig, demos: list[dict], tokenizer_path, model_config_path) -> str:
+    import hashlib
+
+    from rlhf.pipeline.config import effective
+
+    h = hashlib.sha256(json.dumps(demos, sort_keys=True, ensure_ascii=False).encode())
+    return json.dumps({"params": effective(cfg), "demonstrations_sha256": h.hexdigest(),
+                       "tokenizer": str(tokenizer_path), "model_config": str(model_config_path)},
+                      sort_keys=True)
+
+
+def last_checkpoint(folder: Path, fingerprint: str) -> str | None:
+    """The newest complete checkpoint in `folder` made from the same inputs, or None; a folder of
+    other inputs is emptied and stamped with these (its checkpoints could not be resumed)."""
+    stamp = folder / FINGERPRINT
+    if not stamp.is_file() or stamp.read_text() != fingerprint:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(fingerprint)
+        return None
+    done = [d for d in folder.glob("checkpoint-*") if (d / CHECKPOINT_MARK).is_file()]
+    for d in folder.glob("checkpoint-*"):  # cut short by the kill: useless
+        if d not in done:
+            shutil.rmtree(d, ignore_errors=True)
+    if not done:
+        return None
+    return str(max(done, key=lambda d: int(d.name.rpartition("-")[2])))
+
+
+def _MarkComplete():
+    """A trainer callback that marks each checkpoint complete once the trainer has saved it."""
+    from transformers import TrainerCallback
+
+    class MarkComplete(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if path.is_dir():
+                (path / CHECKPOINT_MARK).write_text("")
+
+    return MarkComplete()
+
+
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
               model_config_path: str | Path | None = None) -> dict[str, Any]:
-    """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics."""
-    import tempfile
+    """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics.
 
+    A checkpoint is saved after every epoch into `checkpoints_dir(out_dir)`; a rerun after a kill
+    resumes from the last complete one made from the same inputs (config, demonstrations,
+    tokenizer, model shape), else starts over. The folder is removed once the policy is saved."""
     import torch
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
@@ -167,33 +222,41 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
             raise ValueError("sft.lora needs peft: pip install 'peft>=0.18'") from None
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, task_type="CAUSAL_LM",
                                  target_modules="all-linear")
-    with tempfile.TemporaryDirectory() as tmp:
-        args = SFTConfig(
-            output_dir=tmp, num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
-            per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
-            warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
-            lr_scheduler_type="cosine", max_length=cfg.max_length, completion_only_loss=True,
-            train_sampling_strategy="group_by_length",
-            seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=True, bf16=False,
-            fp16=False, activation_checkpointing=False, save_strategy="no", eval_strategy="no",
-            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
-        )
-        trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(train_rows),
-                             eval_dataset=_to_dataset(held_rows) if held_rows else None,
-                             processing_class=tok, peft_config=peft_config)
-        quiet_trainer(trainer, "SFT training")
-        t0 = time.perf_counter()
-        result = trainer.train()
-        train_seconds = time.perf_counter() - t0
-        eval_loss = float(trainer.evaluate()["eval_loss"]) if held_rows else float("nan")
-        model = trainer.model
-        if cfg.lora:
-            model = model.merge_and_unload()
+    ckpt = checkpoints_dir(out_dir)
+    resume = last_checkpoint(ckpt, _fingerprint(cfg, demos, tokenizer_path, model_config_path))
+    args = SFTConfig(
+        output_dir=str(ckpt), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
+        warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
+        lr_scheduler_type="cosine", max_length=cfg.max_length, completion_only_loss=True,
+        train_sampling_strategy="group_by_length",
+        seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=True, bf16=False,
+        fp16=False, activation_checkpointing=False, save_strategy="epoch", save_total_limit=1,
+        eval_strategy="no",
+        logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
+    )
+    trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(train_rows),
+                               eval_dataset=_to_dataset(held_rows) if held_rows else None,
+                               processing_class=tok, peft_config=peft_config)
+    quiet_trainer(trainer, "SFT training")
+    t0 = time.perf_counter()
+    trainer.add_callback(_MarkComplete())
+    result = trainer.train(resume_from_checkpoint=resume)
+    train_seconds = time.perf_counter() - t0
+    eval_loss = float(trainer.evaluate()["eval_loss"]) if held_rows else float("nan")
+    model = trainer.model
+    if cfg.lora:
+        model = model.merge_and_unload()
+    from rlhf.store.io import staged_folders
+
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    # a hidden staging sibling swapped in whole: a kill while saving leaves the previous policy
+    # (or none), never a half-written folder a rerun would load
+    with staged_folders([out_dir]) as staged:
+        model.save_pretrained(staged[out_dir])
+        tok.save_pretrained(staged[out_dir])
+    shutil.rmtree(ckpt, ignore_errors=True)  # the policy is whole: nothing left to resume
     return {
         "train_loss": float(result.training_loss),
         "eval_loss": eval_loss,
@@ -202,6 +265,8 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         "n_heldout": len(held_rows),
         "n_params": int(sum(p.numel() for p in model.parameters())),
         "train_seconds": round(train_seconds, 1),
+        # the optimiser step a kill left the last complete checkpoint at (0: a fresh start)
+        "resumed_from_step": int(resume.rpartition("-")[2]) if resume else 0,
     }
 
 
@@ -228,7 +293,9 @@ def default_judge() -> Callable[[str, str], float]:
 def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
         tokenizer_path: str | Path | None = None, model_config_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None) -> dict[str, Any]:
-    """The `sft` stage: train, save, judge held-out prompts; returns the report."""
+    """The `sft` stage: train, save, judge held-out prompts; returns the report (with `params`,
+    the values of the section it ran with)."""
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy
 
     demos = read_demonstrations(demos_path)
@@ -238,6 +305,7 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
     model, tok = load_policy(out_dir)
     judge = judge or default_judge()
     metrics["judge"] = getattr(judge, "name", "world_gold")
+    metrics["params"] = effective(cfg)
     metrics.update(judge_policy(model, tok, prompts, judge, cfg))
     # the demonstrations themselves, judged the same way: the ceiling SFT can imitate
     metrics["gold_mean_demonstrations"] = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -70,7 +71,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
                                                            batch_size=16, max_length=64),
                         light=LightConfig(epochs=8, groups_per_batch=8), rollout_prompts=30,
                         rollout_k=3, eval_prompts=20, eval_k=2, max_new_tokens=16,
-                        adversarial_fraction=0.2)
+                        adversarial_fraction=0.2, confidence_gate=0.45)
     m = run_reward(rcfg, tmp_path / "prefs", sft, tmp_path / "rm_strong", tmp_path / "rm_light",
                    tmp_path / "reward.json", pool_dir=pool, judge=toy_gold)
     saved = json.loads((tmp_path / "reward.json").read_text())
@@ -97,6 +98,10 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
 
     strong, light = load_scorer(tmp_path / "rm_strong"), load_scorer(tmp_path / "rm_light")
     assert len(strong.models) == 2 and len(light.models) == 1
+    # the configured gate (not the module default, 0.6) reaches both scorers and the report
+    assert strong.gate == light.gate == 0.45 == strong.meta["confidence_gate"]
+    assert m["confidence_gate"] == 0.45
+    assert m["params"] == dataclasses.asdict(rcfg)
     r, c = light(["Tell me about red things number 1."], ["Red is nice because red is bright."])
     assert r.shape == (1,) and 0 <= float(c) <= 1
     assert torch.isfinite(r).all()

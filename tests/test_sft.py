@@ -31,6 +31,9 @@ def test_sft_trains_saves_and_judges(tmp_path_factory):
     m = policy_metrics()
     assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
     assert m["n_heldout"] > 0 and m["n_params"] > 0
+    # every value the stage ran with is in its report (tiny_world's, not the defaults)
+    assert m["params"]["epochs"] == 15 and m["params"]["learning_rate"] == 1e-2
+    assert m["params"]["eval_prompts"] == 8 and m["params"]["heldout_fraction"] == 0.15
     # the toy demonstrations are easy: far below the ~6 nats of an untrained model, and its
     # samples mention the prompt's colour (an untrained policy scores 1.0 with the toy judge)
     assert m["eval_loss"] < 2.0, m

@@ -247,3 +247,38 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
         assert _files(work / "models" / name) == want[name], name
     _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json",
                    REWARD_TIMING)
+
+    # Kill as soon as the first strong member is trained and kept (a point the stage reports by
+    # its member checkpoint, not a moment): the rerun loads that member instead of retraining it
+    # and ends with the uninterrupted run's RM folders and metrics.
+    from rlhf.pipeline.reward.stage import MEMBER_MARK, member_checkpoints
+
+    again = tmp_path / "again"
+    again.mkdir()
+    kept = member_checkpoints(again / "models" / "rm_strong")
+    proc = subprocess.Popen(cmd, cwd=again, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (kept / "member_0" / MEMBER_MARK).is_file():
+            assert proc.poll() is None, "the stage ended before its first member was kept"
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert not (again / "models" / "rm_strong").exists()  # nothing visible until both RMs are
+    rerun = subprocess.run(cmd, cwd=again, env=_env(), capture_output=True, text=True,
+                           timeout=600, check=False)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+    said = " ".join((rerun.stdout + rerun.stderr).split())  # the log, unwrapped
+    assert "member 1/2: trained before the last run was stopped" in said
+    assert "training strong RM member 1/2" not in said and "training strong RM member 2/2" in said
+    assert not kept.exists() and _hidden(again) == []
+    for name in ("rm_strong", "rm_light"):
+        assert _files(again / "models" / name) == want[name], name
+    _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json",
+                   REWARD_TIMING)

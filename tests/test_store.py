@@ -182,6 +182,8 @@ def test_sigkill_mid_write_leaves_no_visible_shard(mode, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()  # the pipe of a killed child is ours to close
     assert proc.returncode == -signal.SIGKILL
     assert not out.exists()
     assert shard_paths(tmp_path / "similar") == []

@@ -252,12 +252,14 @@ class Scorer:
 
 def save_scorer(path: str | Path, members: Sequence[str], references: Sequence[float],
                 temperature: float, aggregation: str, max_length: int,
-                extra: dict[str, Any] | None = None, precision: str = "fp32") -> Path:
-    """Write `scorer.json` next to the member checkpoints (paths relative to `path`)."""
+                extra: dict[str, Any] | None = None, precision: str = "fp32",
+                gate: float = CONFIDENCE_GATE) -> Path:
+    """Write `scorer.json` next to the member checkpoints (paths relative to `path`); `gate`:
+    the confidence below which PPO queues a score (the reward stage's `confidence_gate`)."""
     path = Path(path)
     meta = {"members": list(members), "references": [float(r) for r in references],
             "temperature": float(temperature), "aggregation": aggregation,
-            "max_length": int(max_length), "confidence_gate": CONFIDENCE_GATE,
+            "max_length": int(max_length), "confidence_gate": float(gate),
             "precision": precision, **(extra or {})}
     (path / SCORER_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return path / SCORER_FILE

@@ -9,7 +9,7 @@
    temperature (fitted on one half of the held-out pairs); save `rm_strong` (scorer folder).
 3. Sample rollouts from the SFT policy on pool prompts, label them with the strong ensemble and
    distil the light RM (seed 001 §4.2); save `rm_light`.
-4. Report: held-out pairwise accuracy (vs the annotators and vs the gold judge), accuracy by
+4. Report (reward/report.py): held-out pairwise accuracy (vs the annotators and vs the gold judge), accuracy by
    confidence bin, Spearman against the gold judge on fresh samples of unseen (eval-split)
    prompts (seed 001 §5.1: below 0.7 means overfit), light-vs-strong Spearman, sizes and the
    speed ratio, annotator drift by time window, and an RM trained and tested on the hh-rlhf
@@ -23,19 +23,32 @@
 from __future__ import annotations
 
 import json
-import math
 import random
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
-from rlhf.pipeline.reward.onpolicy import spearman  # also bench/light_rm.py's
+
+# the report's steps (reward/report.py); bench/ imports fresh_samples and spearman from here
+from rlhf.pipeline.reward.report import (  # noqa: F401
+    _accuracy,
+    _gold_pairs,
+    _jsonable,
+    _pair_margins,
+    annotator_drift,
+    external_accuracy,
+    fresh_figures,
+    fresh_samples,
+    onpolicy_figures,
+    onpolicy_headlines,
+    spearman,
+)
 from rlhf.pipeline.reward.train import RmTrainConfig
 
 
@@ -113,10 +126,6 @@ def _bootstrap(pairs: list[dict], seed: int) -> list[dict]:
     return [p for _ in keys for p in by_prompt[rng.choice(keys)]]
 
 
-def _accuracy(margins) -> float:
-    return float((margins > 0).float().mean()) if margins.numel() else float("nan")
-
-
 def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], list[str]]:
     """(rollout prompts, eval prompts): the pool's ppo and eval splits, or, without a pool, the
     demonstration prompts not used for preferences, split in two by hash."""
@@ -148,100 +157,12 @@ def _cap(prompts: list[str], n: int, salt: str) -> list[str]:
 # report pieces
 
 
-def annotator_drift(rows: Sequence[dict], window_days: float) -> dict[str, Any]:
-    """Mean label by annotator by time window, and each annotator's drift per day.
-
-    The drift is the least-squares slope of (label - gold score) against days since the first
-    label: the gold judge is fixed, so a slope is the annotator moving, not the responses."""
-    rows = [r for r in rows if r["source"] == "annotator" and r["labeled_at"] is not None]
-    if not rows:
-        return {"windows": [], "drift_per_day": {}}
-    t0 = min(r["labeled_at"] for r in rows)
-    cells: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    per_annotator: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in rows:
-        days = (r["labeled_at"] - t0).total_seconds() / 86400
-        cells[(r["annotator_id"], int(days // window_days))].append(r)
-        if r["gold_score"] is not None:
-            per_annotator[r["annotator_id"]].append((days, r["score"] - r["gold_score"]))
-    windows = []
-    for (ann, w), rs in sorted(cells.items()):
-        windows.append({
-            "annotator_id": ann, "window": w, "n": len(rs),
-            "mean_label": sum(r["score"] for r in rs) / len(rs),
-            "mean_gold": (sum(r["gold_score"] for r in rs) / len(rs)
-                          if all(r["gold_score"] is not None for r in rs) else None),
-        })
-    drift = {}
-    for ann, pts in sorted(per_annotator.items()):
-        if len(pts) < 3:
-            continue
-        mx = sum(x for x, _ in pts) / len(pts)
-        my = sum(y for _, y in pts) / len(pts)
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        drift[ann] = (sum((x - mx) * (y - my) for x, y in pts) / sxx) if sxx > 0 else 0.0
-    return {"windows": windows, "drift_per_day": drift}
-
-
-def _gold_pairs(pairs: Sequence[dict]) -> list[dict]:
-    """The pairs re-ordered by the gold judge (gold ties dropped)."""
-    out = []
-    for p in pairs:
-        a, b = p.get("gold_chosen"), p.get("gold_rejected")
-        if a is None or b is None or a == b:
-            continue
-        out.append(p if a > b else {**p, "chosen": p["rejected"], "rejected": p["chosen"]})
-    return out
-
-
-def _pair_margins(scorer, pairs: Sequence[dict]):
-    """[members, n_pairs] member reward margins chosen - rejected."""
-    prompts = [p["prompt"] for p in pairs]
-    return (scorer.member_rewards(prompts, [p["chosen"] for p in pairs])
-            - scorer.member_rewards(prompts, [p["rejected"] for p in pairs]))
-
-
-def _timed(fn, repeats: int = 2) -> tuple[Any, float]:
-    best, out = math.inf, None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return out, best
-
-
 def eval_prompts_of(cfg: RewardConfig, pool_dir, demos_path, exclude: set[str]
                     ) -> tuple[list[str], list[str]]:
     """(rollout prompts, eval prompts) capped by `rollout_prompts` / `eval_prompts`."""
     rollout_prompts, eval_prompts = _other_prompts(pool_dir, demos_path, exclude)
     return (_cap(rollout_prompts, cfg.rollout_prompts, "roll:"),
             _cap(eval_prompts, cfg.eval_prompts, "eval:"))
-
-
-def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[str],
-                  demos_path) -> tuple[list[str], list[str], list[bool]]:
-    """(prompts, responses, is_policy_sample): `eval_k` fresh policy samples per unseen prompt,
-    plus `eval_demo_candidates` unseen demonstrations of its topic (the quality range the RM
-    must order; seed 001 §5.1 tests the RM on fresh, unseen prompts)."""
-    from rlhf.pipeline.policy import sample
-
-    fresh = sample(policy, tokenizer, list(eval_prompts), n=cfg.eval_k,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                   seed=cfg.seed + 2, batch_size=cfg.batch_size)
-    prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
-    responses = [s.response for ss in fresh for s in ss]
-    is_policy = [True] * len(responses)
-    if cfg.eval_demo_candidates:
-        if demos_path is None:
-            raise ValueError("reward.eval_demo_candidates needs --demos")
-        from rlhf.pipeline.preferences import demo_candidates
-
-        extra = demo_candidates(eval_prompts, demos_path, cfg.eval_demo_candidates, cfg.seed + 7)
-        for p, e in zip(eval_prompts, extra):
-            prompts += [p] * len(e)
-            responses += e
-            is_policy += [False] * len(e)
-    return prompts, responses, is_policy
 
 
 def hack_pairs(cfg: RewardConfig, ann_rows: Sequence[dict], judge) -> list[dict]:
@@ -363,19 +284,67 @@ def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
         "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks)})
 
 
+MEMBER_MARK = ".complete"  # written into a member checkpoint once all of it is saved
+
+
+def member_checkpoints(out_strong: str | Path) -> Path:
+    """The hidden sibling of the strong RM folder that keeps each trained member until the stage
+    completes: a rerun after a kill loads the members already trained instead of retraining."""
+    out_strong = Path(out_strong)
+    return out_strong.parent / f".{out_strong.name}.checkpoints"
+
+
+def _members_fingerprint(cfg: RewardConfig, init: str, train_pairs: list[dict],
+                         precision: str) -> str:
+    """What the members are trained from: a checkpoint of other inputs is never loaded."""
+    import hashlib
+
+    from rlhf.pipeline.config import effective
+
+    pairs = hashlib.sha256(json.dumps(train_pairs, sort_keys=True, default=str).encode())
+    return json.dumps({"train": effective(cfg.train), "seed": cfg.seed, "init": init,
+                       "bootstrap": cfg.bootstrap, "n_ensemble": cfg.n_ensemble,
+                       "precision": precision, "train_pairs_sha256": pairs.hexdigest()},
+                      sort_keys=True)
+
+
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
-                 log, precision: str = "fp32") -> tuple[list, list[str]]:
-    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`."""
+                 log, precision: str = "fp32", checkpoints: Path | None = None
+                 ) -> tuple[list, list[str]]:
+    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
+    With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
+    found there complete and trained from the same inputs is loaded, not retrained."""
+    from rlhf.pipeline.reward.scorer import load_rm
     from rlhf.pipeline.reward.train import init_rm, train_rm
 
+    if checkpoints is not None:
+        stamp, fingerprint = checkpoints / "inputs.json", _members_fingerprint(
+            cfg, init, train_pairs, precision)
+        if not stamp.is_file() or stamp.read_text() != fingerprint:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+            checkpoints.mkdir(parents=True)
+            stamp.write_text(fingerprint)
     members, names = [], []
     for i in range(cfg.n_ensemble):
-        log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
-        data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
-                if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
-        model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
-                            seed=cfg.seed + i, precision=precision)
         name = f"member_{i}"
+        kept = checkpoints / name if checkpoints is not None else None
+        if kept is not None and (kept / MEMBER_MARK).is_file():
+            log(f"strong RM member {i + 1}/{cfg.n_ensemble}: trained before the last run was "
+                f"stopped, loaded from {kept}")
+            model = load_rm(kept)
+        else:
+            log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
+            data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
+                    if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
+            model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
+                                seed=cfg.seed + i, precision=precision)
+            if kept is not None:
+                shutil.rmtree(kept, ignore_errors=True)
+                model.save_pretrained(kept)
+                (kept / MEMBER_MARK).write_text("")
+                # score with the member as loaded, as a resumed run does (a freshly trained
+                # model's attention kernels can differ from a loaded one's in the last bits)
+                model = load_rm(kept)
         model.save_pretrained(folder / name)
         tok.save_pretrained(folder / name)
         members.append(model)
@@ -412,7 +381,8 @@ def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, da
     calib, report_half = _calibration_halves(held)
     strong.temperature = fit_temperature(_pair_margins(strong, calib))
     save_scorer(folder, names, references, strong.temperature, cfg.aggregation,
-                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params}, precision)
+                cfg.train.max_length, {"kind": "strong", "n_params": strong.n_params}, precision,
+                gate=cfg.confidence_gate)
     margins = _pair_margins(strong, held)  # [members, pairs]
     gold_held = _gold_pairs(held)
     gold_margins = _pair_margins(strong, gold_held)
@@ -471,7 +441,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     light_tok.save_pretrained(folder)
     save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
                 {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)},
-                strong.precision)
+                strong.precision, gate=cfg.confidence_gate)
     return light, {
         "light_train_seconds": seconds,
         "n_distill_samples": len(ids),
@@ -481,61 +451,6 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
             _pair_margins(light, _gold_pairs(data.held_pairs))[0]),
         "light_temperature": light.temperature,
     }
-
-
-def fresh_figures(cfg: RewardConfig, strong, light, policy, ptok, eval_prompts: Sequence[str],
-                  demos_path, judge, log) -> dict[str, Any]:
-    """Step 5: fresh samples of unseen prompts: each RM against the judge, light vs strong,
-    sizes and the speed ratio, the confidence gate."""
-    from rlhf.pipeline.judges import score_all
-
-    log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
-    f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
-    gold = score_all(judge, f_prompts, f_resps)
-    memo, strong.memo = strong.memo, {}  # an empty memo: the timing is of real scoring
-    (s_out, t_strong) = _timed(lambda: strong(f_prompts, f_resps), repeats=1)
-    (l_out, t_light) = _timed(lambda: light(f_prompts, f_resps))
-    strong.memo.update(memo)
-    s_rew, s_conf = s_out
-    l_rew, _ = l_out
-    s_min, _ = strong(f_prompts, f_resps, aggregation="min")
-    gold_ref = sum(gold) / len(gold) if gold else 0.0
-    sign_ok = [(float(r) > 0) == (g > gold_ref) for r, g in zip(s_rew, gold)]
-    pol = [i for i, f in enumerate(f_policy) if f]
-    return {
-        "n_fresh_samples": len(f_resps),
-        "n_fresh_policy_samples": len(pol),
-        "spearman_strong_vs_gold": spearman(s_rew.tolist(), gold),
-        "spearman_strong_vs_gold_policy_only": spearman([float(s_rew[i]) for i in pol],
-                                                        [gold[i] for i in pol]),
-        "gold_mean_fresh_policy": sum(gold[i] for i in pol) / len(pol) if pol else None,
-        "spearman_strong_min_vs_gold": spearman(s_min.tolist(), gold),
-        "spearman_members_vs_gold": [spearman(m.tolist(), gold)
-                                     for m in strong.member_rewards(f_prompts, f_resps)],
-        "spearman_light_vs_gold": spearman(l_rew.tolist(), gold),
-        "spearman_light_vs_strong": spearman(l_rew.tolist(), s_rew.tolist()),
-        "overfit_flag": spearman(s_rew.tolist(), gold) < 0.7,  # seed 001 §5.1
-        "strong_params": strong.n_params,
-        "light_params": light.n_params,
-        "size_ratio": strong.n_params / light.n_params,
-        "strong_seconds": round(t_strong, 4),
-        "light_seconds": round(t_light, 4),
-        "speed_ratio": t_strong / t_light if t_light > 0 else float("nan"),
-        "gate_pass_share": float((s_conf >= cfg.confidence_gate).float().mean())
-        if len(s_conf) else None,
-        "sign_accuracy_by_confidence": _sign_bins(s_conf.tolist(), sign_ok),
-    }
-
-
-def onpolicy_headlines(onpolicy: dict[str, Any]) -> dict[str, Any]:
-    """The on-policy figures the metrics file lists (HEADLINES in cli/common.py)."""
-    out = {}
-    for rm in ("strong", "light"):
-        out[f"spearman_{rm}_vs_gold_onpolicy"] = onpolicy[rm]["spearman"]
-        out[f"spearman_{rm}_vs_gold_onpolicy_within_prompt"] = onpolicy[rm][
-            "spearman_within_prompt"]
-        out[f"hack_agreement_{rm}"] = onpolicy[rm]["hacks"]["all"]["agreement"]
-    return out
 
 
 class _Phases:
@@ -561,6 +476,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
     None: this section's temperature, top-p 1."""
     import torch
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.scorer import resolve_precision
     from rlhf.pipeline.reward.train import resolve_backbone
@@ -579,7 +495,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     light_tok = tok if cfg.light.init == "strong" else load_tokenizer(sft_dir)
     precision = resolve_precision(cfg.precision)
     metrics: dict[str, Any] = {**data.report, "backbone": cfg.backbone, "precision": precision,
-                               "judge": getattr(judge, "name", "world_gold")}
+                               "judge": getattr(judge, "name", "world_gold"),
+                               "params": effective(cfg), "confidence_gate": cfg.confidence_gate}
 
     # Both RM folders are written into hidden staging folders and swapped in together at the end
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
@@ -588,7 +505,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     with staged_folders([out_strong, out_light]) as staged:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
-                              strong_dir, log, precision)
+                              strong_dir, log, precision, member_checkpoints(out_strong))
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
                               data, strong_dir, precision)
@@ -611,6 +528,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         metrics["external"] = (
             step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log)
             if cfg.external_rm else {"skipped": "reward.external_rm is off"})
+    shutil.rmtree(member_checkpoints(out_strong), ignore_errors=True)  # both RMs are whole
     metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     if metrics_path:
@@ -618,113 +536,3 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
                           + "\n")
     return metrics
 
-
-def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str], strong, light,
-                     judge, sampling, log, strong_dir: Path | None = None) -> dict[str, Any]:
-    """Each RM's Spearman vs gold on `onpolicy_k` fresh SFT samples per ppo-split prompt at
-    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py); and the
-    strong-to-light score map Level 2 puts escalated rewards on the light scale with, fitted on
-    these samples both RMs scored and saved into `strong_dir` (pipeline/reward/score_map.py)."""
-    from rlhf.pipeline.generation import Sampling
-    from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
-
-    sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)
-    log(f"sampling {len(prompts)} x {cfg.onpolicy_k} responses as PPO samples them "
-        f"(T {sampling.temperature}, top-p {sampling.top_p}) for the on-policy Spearman")
-    data = onpolicy_set(policy, tokenizer, prompts, cfg.onpolicy_k, sampling.temperature,
-                        sampling.top_p, sampling.max_new_tokens, cfg.seed + 3, cfg.batch_size,
-                        judge)
-    out: dict[str, Any] = {"n_prompts": len(prompts), "k": cfg.onpolicy_k,
-                           "sampling": {"temperature": sampling.temperature,
-                                        "top_p": sampling.top_p,
-                                        "max_new_tokens": sampling.max_new_tokens},
-                           "gold_mean": sum(data.gold) / max(len(data), 1)}
-    from rlhf.pipeline.reward.augment import hack_probe
-
-    probe = [i for g in data.groups for i in g[:2]]  # 2 samples a prompt: the probe's budget
-    probe_p, probe_r = [data.prompts[i] for i in probe], [data.responses[i] for i in probe]
-    scored = {}
-    for name, scorer in (("strong", strong), ("light", light)):
-        rewards, _ = scorer(data.prompts, data.responses)
-        scored[name] = [float(x) for x in rewards]
-        out[name] = onpolicy_report(scored[name], data)
-        # does the RM prefer a hacked twin of PPO's own samples (a repeat, keyword salad, a
-        # cut) over the sample, where the judge does not?
-        out[name]["hacks"] = hack_probe(probe_p, probe_r,
-                                        lambda ps, rs, s=scorer: s(ps, rs)[0].tolist(), judge,
-                                        seed=cfg.seed + 9)
-    if strong_dir is not None and len(data) >= 4:
-        from rlhf.pipeline.reward.score_map import ScoreMap
-
-        smap = ScoreMap.fit(scored["strong"], scored["light"])
-        smap.save(strong_dir)
-        out["score_map"] = smap.report(scored["strong"], scored["light"])
-    return out
-
-
-def _sign_bins(conf: Sequence[float], ok: Sequence[bool],
-               edges=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0001)) -> list[dict]:
-    """Per confidence bin: how often the reward's sign (vs the baseline) matches gold's side of
-    the gold mean, i.e. whether the per-sample confidence PPO gates on is earned."""
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        sel = [o for c, o in zip(conf, ok) if lo <= c < hi]
-        rows.append({"lo": lo, "hi": min(hi, 1.0), "n": len(sel),
-                     "accuracy": sum(sel) / len(sel) if sel else None})
-    return rows
-
-
-def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, strong, log
-                      ) -> dict[str, Any]:
-    """An RM trained on the external sources' train pairs, tested on their held-out pairs; and
-    the strong (task) RM's zero-shot accuracy on the same held-out pairs."""
-    from rlhf.pipeline.preferences import expand_pairs
-    from rlhf.pipeline.reward.scorer import Scorer
-    from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, train_rm
-
-    out: dict[str, Any] = {}
-    ext = [r for r in rows if r["source"] in cfg.external_sources]
-    if not ext:
-        return {"skipped": "no external rankings in the preferences table (realdata absent?)"}
-    pairs = expand_pairs(ext)
-    train = [p for p in pairs if p["split"] == "train"]
-    held = [p for p in pairs if p["split"] == "heldout"]
-    if cfg.external_train_pairs:
-        train = sorted(train, key=lambda p: p["prompt_id"] + p["chosen"][:20])
-        train = random.Random(cfg.seed).sample(train, min(len(train), cfg.external_train_pairs))
-    if not train or not held:
-        return {"skipped": "external pairs lack a train or a held-out part"}
-    log(f"training an RM on {len(train)} external pairs ({', '.join(cfg.external_sources)})")
-    t0 = time.perf_counter()
-    tcfg = RmTrainConfig(epochs=cfg.external_epochs, learning_rate=cfg.train.learning_rate,
-                         batch_size=cfg.train.batch_size, max_length=cfg.external_max_length,
-                         warmup_ratio=cfg.train.warmup_ratio, weight_decay=cfg.train.weight_decay,
-                         center_rewards_coefficient=cfg.train.center_rewards_coefficient)
-    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed,
-                        precision=strong.precision)
-    ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size,
-                        precision=strong.precision)
-    for source in cfg.external_sources:
-        h = [p for p in held if p["source"] == source]
-        if not h:
-            continue
-        out[source] = {
-            "n_train_pairs": sum(p["source"] == source for p in train),
-            "n_test_pairs": len(h),
-            "accuracy": _accuracy(_pair_margins(ext_scorer, h)[0]),
-            "strong_rm_zero_shot_accuracy": _accuracy(_pair_margins(strong, h).mean(0)),
-        }
-    out["train_seconds"] = round(time.perf_counter() - t0, 1)
-    return out
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and x != x:
-        return None
-    if isinstance(x, datetime):
-        return x.isoformat()
-    return x
