@@ -125,8 +125,9 @@ RANGES: dict[str, dict[str, Spec]] = {
         "schedule_high": POS, "schedule_window": COUNT, "schedule_explore_base": PROB,
         "schedule_explore_horizon": COUNT,
         "prune_run": COUNT, "prune_percentile": Range(0, 100, lo_open=True, hi_open=True),
-        "prune_calibration_steps": COUNT, "prune_ngram": COUNT, "prune_top_k": COUNT,
+        "prune_calibration_steps": COUNT, "prune_ngram": NONNEG, "prune_top_k": COUNT,
         "resample_sigma": Range(0, 5), "resample_low_frac": PROB, "resample_max_share": PROB,
+        "group_size": COUNT, "dynamic_sampling_rounds": COUNT, "draft_k": COUNT,
     },
     "SftConfig": {
         "lora_r": COUNT, "lora_alpha": COUNT, "epochs": POS, "learning_rate": POS,

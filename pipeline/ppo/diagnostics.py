@@ -166,3 +166,8 @@ class RewardCollapseDetector:
 
     def load_state_dict(self, state: dict) -> None:
         self.prev = tuple(state["prev"]) if state["prev"] else None
+
+
+class GradNormDiagnosis(UserWarning):
+    """The gradient-norm diagnosis's advice to the user (printed once when it appears; every
+    occurrence is an `grad_norm_diagnosis` event in events.jsonl)."""

@@ -160,7 +160,9 @@ class Recorder:
                 if self.main and s not in self._last_suggestions:
                     import warnings
 
-                    warnings.warn(f"step {step}: {text}", stacklevel=3)
+                    from rlhf.pipeline.ppo.diagnostics import GradNormDiagnosis
+
+                    warnings.warn(f"step {step}: {text}", GradNormDiagnosis, stacklevel=3)
         self._last_suggestions = set(diag["suggestions"]) if diag else set()
 
     def train_metrics_row(self, m: dict) -> dict:
