@@ -126,6 +126,21 @@ class Bench:
                 "step_s_all": [round(t, 4) for t in self.times]}
 
 
+def markdown(results: list[dict], ppo_batch: int) -> str:
+    """The results as the table docs/critic.md shows."""
+    lines = ["| critic | params | trainable | weights GB | grads GB | Adam GB | activations GB "
+             "| train state GB | memory vs full | step s (median) | speed vs full |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['critic']} | {r['params']:,} | {r['trainable_params']:,} "
+            f"| {r['weights_gb']:.4f} | {r['grads_gb']:.4f} | {r['adam_gb']:.4f} "
+            f"| {r[f'activations_gb_at_batch_{ppo_batch}']:.4f} | {r['train_state_gb']:.4f} "
+            f"| {r.get('memory_vs_full', float('nan')):.2f} | {r['step_s_median']:.3f} "
+            f"| {r.get('speedup_vs_full', float('nan')):.1f}x |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", choices=list(SCALES), default="world")
@@ -145,6 +160,7 @@ def main() -> None:
     ap.add_argument("--one-at-a-time", action="store_true",
                     help="build, run and free one design at a time (large shapes): rounds are "
                          "then consecutive, not interleaved")
+    ap.add_argument("--markdown", action="store_true", help="print a table, not JSON")
     args = ap.parse_args()
     cfg = policy_config(args)
     results = {}
@@ -167,6 +183,9 @@ def main() -> None:
         if full:
             r["memory_vs_full"] = r["train_state_gb"] / full["train_state_gb"]
             r["speedup_vs_full"] = full["step_s_median"] / r["step_s_median"]
+    if args.markdown:
+        print(markdown(list(results.values()), args.ppo_batch))
+        return
     print(json.dumps({"machine": platform.processor() or platform.machine(),
                       "device": args.device, "torch_threads": torch.get_num_threads(),
                       "policy_layers": cfg.num_hidden_layers, "settings": vars(args),
