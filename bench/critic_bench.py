@@ -52,13 +52,16 @@ def policy_config(args):
     return cls(**shape, pad_token_id=0, attn_implementation="sdpa")
 
 
-def saved_bytes(fn) -> tuple[object, int]:
-    """fn()'s result and the bytes of the distinct storages autograd saved while it ran."""
+def saved_bytes(fn, params) -> tuple[object, int]:
+    """fn()'s result and the bytes of the distinct storages autograd saved while it ran, less
+    the parameters' own storages (a linear layer saves its weight: that is no activation)."""
+    weights = {p.untyped_storage().data_ptr() for p in params}
     seen: dict[int, int] = {}
 
     def pack(t):
         s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
+        if s.data_ptr() not in weights:
+            seen[s.data_ptr()] = s.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -97,7 +100,7 @@ class Bench:
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        out, act = saved_bytes(lambda: self.model(ids, mask))
+        out, act = saved_bytes(lambda: self.model(ids, mask), self.model.parameters())
         v = response_values(out, mask, start, rl)
         loss, _ = critic_loss(v, v.detach(), returns, rmask, returns[:, -1], 0.2, 1.0, 0.01)
         loss.backward()
