@@ -1,12 +1,14 @@
-"""The critic: a lightweight Transformer encoder (seed 000 §3.2) or a policy-sized backbone.
+"""The critic: the value model PPO trains next to the policy (seed 000 §3.2).
 
-`critic: light` (default): a 3-layer Transformer encoder, hidden 1024 (params), reading only the
-first 256 tokens of prompt + response (truncated, and padded only to the longest sequence of
-the batch, never to 256), predicting a value per position. `critic: full`: the policy's
-architecture (AutoModel from the policy's config or weights) plus a linear value head, kept
-for comparison (bench/critic_bench.py).
+`critic: full`: the policy's architecture (AutoModel from the policy's weights) plus a linear
+value head. `trunk`: the policy's embeddings (frozen) and first k decoder layers (trained), copied
+from the SFT policy, plus a value head. `shared`: those k layers frozen and run without autograd,
+with one trainable causal attention block and a value head on top. `light`: a from-scratch causal
+Transformer encoder. All but `full` read only the first 256 tokens of prompt + response
+(truncated, and padded only to the longest sequence of the batch, never to 256), predicting a
+value per position. `value_quality` gives explained variance and RMSE of V against the returns.
 
-    python -m pytest -q tests/test_ppo_critic.py
+    python -m pytest -q tests/test_ppo_critic.py tests/test_critic_trunk.py
 
 Definitions (the seed states the ideas, these are the precise versions):
 
