@@ -89,7 +89,9 @@ def test_reward_weights_scale_attention_logits():
     model = tiny_light()
     mask = torch.tensor([[1, 1, 1, 0]])
     bias = model.attention_bias(mask, torch.tensor([[1.2, 0.8, 1.0, 1.0]])).view(1, 4, 4, 4)
-    assert bias[0, 0, 0, :3].tolist() == pytest.approx([math.log(1.2), math.log(0.8), 0.0])
+    # the last real query sees every real key (causal: the first query sees only itself)
+    assert bias[0, 0, 2, :3].tolist() == pytest.approx([math.log(1.2), math.log(0.8), 0.0])
+    assert torch.isneginf(bias[0, 0, 0, 1:]).all()
     ids = torch.tensor([[3, 4, 5, PAD]])
     with torch.no_grad():
         plain = model(ids, mask)

@@ -87,14 +87,17 @@ class PPOConfig:
     rollout_dropout_on: bool = False
     rollout_dropout: float = 0.1
     # critic (seed 000 §3.2)
-    critic: Literal["light", "full"] = "full"  # full: a copy of the policy with a value head
-    critic_hidden_size: int = 1024
-    critic_layers: int = 3
+    # full: a copy of the policy with a value head; trunk: the policy's embeddings (frozen) and
+    # first critic_layers layers (trained) + a value head; shared: those layers frozen with one
+    # trainable attention block + a value head; light: a from-scratch encoder (critic.py)
+    critic: Literal["light", "full", "trunk", "shared"] = "full"
+    critic_hidden_size: int = 1024  # light only
+    critic_layers: int = 3  # light: encoder layers; trunk/shared: policy layers (0 = a quarter)
     critic_heads: int = 8
     critic_max_tokens: int = 256
     critic_huber_delta: float = 1.0
     critic_kl_reg_coef: float = 0.01
-    reward_attention_on: bool = False  # light critic only: weights keys by the RM's prefix scores
+    reward_attention_on: bool = False  # light/shared critic: weights keys by the RM's prefix scores
     reward_attention_high: float = 1.2
     reward_attention_low: float = 0.8
     reward_attention_frac: float = 0.25
@@ -308,6 +311,13 @@ class PPOConfig:
             raise ConfigError(f"ppo.rollout_dropout must be in [0, 1), got {self.rollout_dropout}")
         if self.critic_hidden_size % self.critic_heads:
             raise ConfigError("ppo.critic_hidden_size must be a multiple of ppo.critic_heads")
+        if self.critic_layers < (1 if self.critic == "light" else 0):
+            raise ConfigError(f"ppo.critic_layers must be >= 1 for the light critic, >= 0 for "
+                              f"trunk/shared (0 = a quarter of the policy's), "
+                              f"got {self.critic_layers}")
+        if self.reward_attention_on and self.critic == "trunk":
+            raise ConfigError("ppo.reward_attention_on needs critic light or shared (the trunk "
+                              "critic's attention is the policy's own)")
         self._check_schedule()
         self._check_tiers()
         if self.dynamic_sampling_rounds < 1:

@@ -1,12 +1,14 @@
-"""The critic: a lightweight Transformer encoder (seed 000 §3.2) or a policy-sized backbone.
+"""The critic: the value model PPO trains next to the policy (seed 000 §3.2).
 
-`critic: light` (default): a 3-layer Transformer encoder, hidden 1024 (params), reading only the
-first 256 tokens of prompt + response (truncated, and padded only to the longest sequence of
-the batch, never to 256), predicting a value per position. `critic: full`: the policy's
-architecture (AutoModel from the policy's config or weights) plus a linear value head, kept
-for comparison (bench/critic_bench.py).
+`critic: full`: the policy's architecture (AutoModel from the policy's weights) plus a linear
+value head. `trunk`: the policy's embeddings (frozen) and first k decoder layers (trained), copied
+from the SFT policy, plus a value head. `shared`: those k layers frozen and run without autograd,
+with one trainable causal attention block and a value head on top. `light`: a from-scratch causal
+Transformer encoder. All but `full` read only the first 256 tokens of prompt + response
+(truncated, and padded only to the longest sequence of the batch, never to 256), predicting a
+value per position. `value_quality` gives explained variance and RMSE of V against the returns.
 
-    python -m pytest -q tests/test_ppo_critic.py
+    python -m pytest -q tests/test_ppo_critic.py tests/test_critic_trunk.py
 
 Definitions (the seed states the ideas, these are the precise versions):
 
@@ -40,6 +42,8 @@ Definitions (the seed states the ideas, these are the precise versions):
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 
 import torch
@@ -165,14 +169,37 @@ def critic_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.T
 
 
 # --------------------------------------------------------------------------- models
+def attention_bias(attention_mask: torch.Tensor, key_weights: torch.Tensor | None,
+                   num_heads: int, causal: bool) -> torch.Tensor:
+    """[B * heads, L, L] additive attention bias: -inf on padded keys (and, when `causal`, on
+    keys after the query), log(weight) on the other keys."""
+    B, L = attention_mask.shape
+    keep = attention_mask.bool()
+    w = attention_mask.new_ones((B, L)).float() if key_weights is None else key_weights.float()
+    bias = torch.where(keep, torch.log(w.clamp_min(1e-6)), torch.full_like(w, -math.inf))
+    bias = bias[:, None, :].expand(B, L, L)
+    if causal:  # V(s_t) is the value before token t: it must not read the tokens after t
+        future = torch.ones(L, L, dtype=torch.bool, device=bias.device).triu(1)
+        bias = bias.masked_fill(future[None], -math.inf)
+    bias = bias[:, None].expand(B, num_heads, L, L)
+    # §5.3: a padded key must never receive attention
+    assert bool(torch.isneginf(bias.masked_select(~keep[:, None, None, :])).all()), \
+        "a padded position would be attended"
+    return bias.reshape(-1, L, L)
+
+
 class LightCritic(nn.Module):
-    """3-layer Transformer encoder over the first `max_tokens` tokens; a value per position."""
+    """A from-scratch Transformer encoder over the first `max_tokens` tokens (its own random
+    embeddings); a value per position. Causal by default: with bidirectional attention the value
+    before token t would read t and every later token, the very actions it should be a baseline
+    for (it could then predict the final score and leave no advantage)."""
 
     def __init__(self, vocab_size: int, hidden_size: int = 1024, num_layers: int = 3,
                  num_heads: int = 8, max_tokens: int = 256, dropout: float = 0.0,
-                 pad_id: int = 0):
+                 pad_id: int = 0, causal: bool = True):
         super().__init__()
         self.max_tokens, self.num_heads, self.pad_id = max_tokens, num_heads, pad_id
+        self.causal = causal
         self.embed = nn.Embedding(vocab_size, hidden_size)
         self.pos = nn.Embedding(max_tokens, hidden_size)
         layer = nn.TransformerEncoderLayer(hidden_size, num_heads, 4 * hidden_size, dropout,
@@ -183,17 +210,8 @@ class LightCritic(nn.Module):
 
     def attention_bias(self, attention_mask: torch.Tensor,
                        key_weights: torch.Tensor | None) -> torch.Tensor:
-        """[B * heads, L, L] additive bias: -inf on padded keys, log(weight) on real keys."""
-        B, L = attention_mask.shape
-        keep = attention_mask.bool()
-        w = attention_mask.new_ones((B, L)).float() if key_weights is None else key_weights.float()
-        bias = torch.where(keep, torch.log(w.clamp_min(1e-6)), torch.full_like(w, -math.inf))
-        bias = bias[:, None, None, :].expand(B, self.num_heads, L, L).reshape(-1, L, L)
-        # §5.3: a padded key must never receive attention
-        assert bool(torch.isneginf(bias.view(B, self.num_heads, L, L)
-                                   .masked_select(~keep[:, None, None, :])).all()), \
-            "a padded position would be attended"
-        return bias
+        """[B * heads, L, L] additive bias (see `attention_bias`)."""
+        return attention_bias(attention_mask, key_weights, self.num_heads, self.causal)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 key_weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -227,14 +245,101 @@ class FullCritic(nn.Module):
         return self.head(h).squeeze(-1) * attention_mask.to(h.dtype)
 
 
+class PolicyTrunkCritic(nn.Module):
+    """The policy's embeddings and first k decoder layers (a transformers AutoModel of the
+    policy's architecture with k layers), read over the first `max_tokens` tokens, plus a value
+    head. The weights start as the policy's (`copy_from_policy`, called when the engines are
+    built, i.e. from the SFT policy at step 0).
+
+    `frozen=False` (`critic: trunk`): the k layers train; the embedding table stays frozen (it
+    is the largest tensor at any real vocabulary, and training it would add 12 bytes of gradient
+    and Adam state per entry). `frozen=True` (`critic: shared`): the whole trunk is frozen and
+    run without autograd (no gradient, no optimiser state, no stored activations); on top of it
+    one trainable causal attention block of the policy's width (the `adapter`, which also takes
+    the reward-aware key weights), a norm and the value head.
+    """
+
+    def __init__(self, policy_config, num_layers: int, max_tokens: int = 256, pad_id: int = 0,
+                 frozen: bool = False):
+        super().__init__()
+        from transformers import AutoModel
+
+        total = policy_config.num_hidden_layers
+        self.num_layers = trunk_layers(num_layers, total)
+        cfg = copy.deepcopy(policy_config)
+        cfg.num_hidden_layers = self.num_layers
+        if isinstance(getattr(cfg, "layer_types", None), list):  # per-layer lists (Qwen2 etc.)
+            cfg.layer_types = cfg.layer_types[: self.num_layers]
+        self.backbone = AutoModel.from_config(cfg)
+        self.max_tokens, self.pad_id, self.frozen = max_tokens, pad_id, frozen
+        hidden = cfg.hidden_size
+        self.backbone.get_input_embeddings().requires_grad_(False)
+        if frozen:
+            self.backbone.requires_grad_(False)
+            self.num_heads = cfg.num_attention_heads
+            self.adapter = nn.TransformerEncoderLayer(
+                hidden, self.num_heads, 4 * hidden, 0.0, activation="gelu", batch_first=True,
+                norm_first=True)
+            self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, 1)
+
+    def copy_from_policy(self, policy: nn.Module) -> None:
+        """Load the policy's embeddings and first k layers (and its final norm) into the trunk."""
+        base = getattr(policy, getattr(policy, "base_model_prefix", ""), policy)
+        missing, _ = self.backbone.load_state_dict(base.state_dict(), strict=False)
+        if missing:
+            raise ValueError(f"the policy lacks the critic trunk's weights {missing[:3]}: is it "
+                             "the architecture the critic was built from?")
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen:
+            self.backbone.eval()
+        return self
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                key_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """values [B, L'] for input_ids/attention_mask [B, L] (L' = min(L, max_tokens))."""
+        input_ids = input_ids[:, : self.max_tokens]
+        attention_mask = attention_mask[:, : self.max_tokens]
+        check_attention_mask(input_ids, attention_mask, self.pad_id)
+        with torch.no_grad() if self.frozen else contextlib.nullcontext():
+            h = self.backbone(input_ids=input_ids,
+                              attention_mask=attention_mask).last_hidden_state
+        if self.frozen:
+            if key_weights is not None:
+                key_weights = key_weights[:, : self.max_tokens]
+            bias = attention_bias(attention_mask, key_weights, self.num_heads, True)
+            h = self.norm(self.adapter(h, src_mask=bias.to(h.dtype)))
+        return self.head(h).squeeze(-1) * attention_mask.to(h.dtype)
+
+
+def trunk_layers(num_layers: int, policy_layers: int) -> int:
+    """How many of the policy's layers a trunk critic keeps: `num_layers`, or with 0 a quarter
+    of the policy's (at least 1). Fewer than the policy's, or the critic would not be lighter."""
+    k = num_layers if num_layers > 0 else max(1, policy_layers // 4)
+    if k >= policy_layers:
+        raise ValueError(f"ppo.critic_layers {k} must be fewer than the policy's {policy_layers} "
+                         "layers for a trunk or shared critic (0 = a quarter of them)")
+    return k
+
+
 def build_critic(kind: str, vocab_size: int, pad_id: int, hidden_size: int = 1024,
                  num_layers: int = 3, num_heads: int = 8, max_tokens: int = 256,
                  policy_source: str | None = None, policy_config=None) -> nn.Module:
-    """`kind="light"`: LightCritic. `kind="full"`: AutoModel of the policy (weights from
-    `policy_source` when given, else a fresh model from `policy_config`) + value head."""
+    """`kind="light"`: LightCritic (from scratch). `kind="full"`: AutoModel of the policy (weights
+    from `policy_source` when given, else a fresh model from `policy_config`) + value head.
+    `kind="trunk"` / `"shared"`: PolicyTrunkCritic over the policy's first `num_layers` layers
+    (0 = a quarter), trained / frozen with an adapter; built from `policy_config`, its weights
+    copied from the policy by `copy_from_policy`."""
     if kind == "light":
         return LightCritic(vocab_size, hidden_size, num_layers, num_heads, max_tokens,
                            pad_id=pad_id)
+    if kind in ("trunk", "shared"):
+        if policy_config is None:
+            raise ValueError(f"critic {kind!r} needs the policy's config")
+        return PolicyTrunkCritic(policy_config, num_layers, max_tokens, pad_id,
+                                 frozen=kind == "shared")
     if kind == "full":
         from transformers import AutoModel
 
@@ -245,4 +350,29 @@ def build_critic(kind: str, vocab_size: int, pad_id: int, hidden_size: int = 102
         else:
             raise ValueError("critic 'full' needs the policy's weights or config")
         return FullCritic(backbone, backbone.config.hidden_size, pad_id)
-    raise ValueError(f"unknown critic {kind!r}; use 'light' or 'full'")
+    raise ValueError(f"unknown critic {kind!r}; use 'light', 'trunk', 'shared' or 'full'")
+
+
+# --------------------------------------------------------------------------- value quality
+def value_quality_sums(values: torch.Tensor, returns: torch.Tensor,
+                       mask: torch.Tensor) -> torch.Tensor:
+    """[5] float64 sums over the masked tokens: count, sum R, sum R^2, sum (R-V), sum (R-V)^2.
+    Sums add across processes, so the quality of a sharded batch is that of the whole."""
+    m = mask.bool()
+    r = returns.detach()[m].double()
+    e = r - values.detach()[m].double()
+    return torch.stack([r.new_tensor(float(r.numel())), r.sum(), (r * r).sum(), e.sum(),
+                        (e * e).sum()])
+
+
+def value_quality(sums: torch.Tensor) -> dict[str, float]:
+    """Explained variance 1 - Var(R - V) / Var(R) and RMSE sqrt(mean (V - R)^2) of the values
+    against the returns, from `value_quality_sums` (NaN without two tokens or with constant
+    returns, where the explained variance is undefined)."""
+    n, sr, srr, se, see = (float(x) for x in sums.cpu())
+    if n < 2:
+        return {"value_explained_variance": math.nan, "value_rmse": math.nan}
+    var_r = srr / n - (sr / n) ** 2
+    var_e = see / n - (se / n) ** 2
+    ev = 1.0 - var_e / var_r if var_r > 1e-12 else math.nan
+    return {"value_explained_variance": ev, "value_rmse": math.sqrt(max(see / n, 0.0))}

@@ -167,6 +167,8 @@ def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -
     if acc.gradient_accumulation_steps != 1:
         raise ConfigError("gradient accumulation is ppo.gradient_accumulation_steps, not the "
                           f"accelerate config's ({acc.gradient_accumulation_steps})")
+    if hasattr(critic, "copy_from_policy"):  # a trunk critic starts as the (SFT) policy's layers
+        critic.copy_from_policy(policy)
     described = {"sharding": cfg.sharding, "processes": world,
                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps}
     if cfg.sharding == "none":

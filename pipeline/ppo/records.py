@@ -129,6 +129,8 @@ class Recorder:
             "policy_loss": stats["policy_loss"], "approx_kl": stats["approx_kl"],
             "grad_norm": stats["grad_norm"], "critic_kl_reg": stats["critic_kl_reg"],
             "nan_skipped": stats["nan_skipped"],
+            "value_explained_variance": stats.get("value_explained_variance", math.nan),
+            "value_rmse": stats.get("value_rmse", math.nan),
             "kl_coef": sched["kl_coef"], "clip_range": sched["clip_range"],
             "gae_lambda": sched["gae_lambda"], "batch_kl": sched["batch_kl"],
             "rm_refresh": sched["rm_refresh"],

@@ -12,7 +12,8 @@ import torch
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.critic import (critic_loss, pack_right, response_values,
-                                      reward_attention_weights)
+                                      reward_attention_weights, value_quality,
+                                      value_quality_sums)
 from rlhf.pipeline.ppo.generate import policy_logits
 from rlhf.pipeline.ppo.schedules import adaptive_clip, lambda_eps
 
@@ -39,7 +40,7 @@ class Learner:
         cfg = self.cfg
         prompt_tok = [q[m.bool()].tolist() for q, m in zip(r.query, r.query_mask)]
         resp_tok = [g[m].tolist() for g, m in zip(r.response, r.response_mask)]
-        window = cfg.critic_max_tokens if cfg.critic == "light" else None
+        window = cfg.critic_max_tokens if cfg.critic != "full" else None
         ids, mask, start = pack_right(prompt_tok, resp_tok, pad_id, window)
         dev = self.acc.device
         r.critic_ids, r.critic_mask, r.critic_start = ids.to(dev), mask.to(dev), start.to(dev)
@@ -53,7 +54,7 @@ class Learner:
         from rlhf.pipeline.ppo.accounting import rm_tokens
 
         cfg = self.cfg
-        if cfg.critic != "light" or not cfg.reward_attention_on or \
+        if cfg.critic not in ("light", "shared") or not cfg.reward_attention_on or \
                 not hasattr(scorer, "token_scores"):
             return None
         ts = scorer.token_scores(r.prompts, r.responses, [len(t) for t in resp_tok])
@@ -71,6 +72,12 @@ class Learner:
         w = reward_attention_weights(prefix, resp_pos & mask.bool(), cfg.reward_attention_high,
                                      cfg.reward_attention_low, cfg.reward_attention_frac)
         return w.to(self.acc.device)
+
+    def value_quality(self, r) -> dict[str, float]:
+        """Explained variance and RMSE of V_old against this step's returns, over the trainable
+        tokens of every process (critic.value_quality)."""
+        sums = value_quality_sums(r.values, r.returns, r.loss_mask).to(self.acc.device)
+        return value_quality(self.acc.reduce(sums, "sum") if self.dist.world > 1 else sums)
 
     # ----------------------------------------------------------------- advantages
     def advantages(self, r, step: int) -> dict:
@@ -167,6 +174,7 @@ class Learner:
         stats = {k: (v / n if n else float("nan")) for k, v in sums.items()}
         stats["grad_norm"] = sums["grad_norm"] / stepped if stepped else float("nan")
         stats["nan_skipped"] = float(skipped)
+        stats.update(self.value_quality(r))
         if skipped:
             self.event("nan_loss_skipped", count=skipped)
         stats["grad_diagnosis"] = (self.gradmon.observe(norms)
@@ -186,4 +194,5 @@ class Learner:
         self.step_schedulers()
         return {"policy_loss": float("nan"), "clip_ratio": float("nan"),
                 "approx_kl": float("nan"), "critic_loss": float("nan"), "grad_norm": float("nan"),
-                "critic_kl_reg": float("nan"), "nan_skipped": 0.0, "grad_diagnosis": None}
+                "critic_kl_reg": float("nan"), "nan_skipped": 0.0, "grad_diagnosis": None,
+                "value_explained_variance": float("nan"), "value_rmse": float("nan")}
