@@ -1,6 +1,6 @@
 """The rollout-economy benchmark: held-out gold against generated tokens, arm by arm, seed by
-seed, written to BENCHMARKS.md (issue 12 §5; ARCHITECTURE.md "The benchmark"; what reviewers ask
-for: shared/ANCHORS.md "How to report sample efficiency").
+seed, written to BENCHMARKS.md (docs/benchmarks.md; how sample efficiency is reported:
+docs/methods.md).
 
     .venv/bin/python bench/economy.py --jobs 2          # every arm x seeds 0 1 2 -> BENCHMARKS.md
     .venv/bin/python bench/economy.py --arms plain seed   # two arms, one job at a time
@@ -60,7 +60,7 @@ class Arm:
     peer: dict = field(default_factory=dict)  # a TRL peer's options (economy_peers.train_peer)
 
 
-# issue 15's switches, composed into its arms below
+# the switches, composed into its arms below
 LEVEL02 = {"escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
            "escalate_max_share": 0.07, "escalate_map": "fitted", "human_labels_per_step": 1}
 EVOLVE = {"rm_evolve_on": True}
@@ -74,7 +74,7 @@ ARMS: dict[str, Arm] = {
     # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
     "light_critic": Arm(base="seed", stratified=True,
                         overrides={"critic": "light", "reward_attention_on": True}),
-    # rollout economy II (issue 14): the prompt-embedding rollout scheduler alone on plain PPO
+    # rollout economy II: the prompt-embedding rollout scheduler alone on plain PPO
     # (so its figures are against the baseline's own seeds); debug_rollouts keeps the texts the
     # staleness check scores with the gold judge (it changes no update)
     "scheduler": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True}),
@@ -83,7 +83,7 @@ ARMS: dict[str, Arm] = {
     # 0.9 skipped ~15 % when replayed on that run's rewards (trigger-rate calibration only)
     "scheduler_loose": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True,
                                                     "schedule_low": 0.9, "schedule_high": 1.5}),
-    # seed 000 §3.1 levels two and three (issue 13, pipeline/ppo/features/sample_economy.py) on seed PPO
+    # seed 000 §3.1 levels two and three (pipeline/ppo/features/sample_economy.py) on seed PPO
     "pruning": Arm(base="seed", stratified=True, overrides={"prune_on": True}),
     "resampling": Arm(base="seed", stratified=True, overrides={"resample_on": True}),
     "pruning_resampling": Arm(base="seed", stratified=True,
@@ -97,11 +97,11 @@ ARMS: dict[str, Arm] = {
     "pruning_norep_truncation": Arm(base="seed", stratified=True, overrides={
         "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
         "prune_treatment": "truncation"}),
-    # rollout economy III (issue 15, pipeline/ppo/features/tiers.py): Level 0's high-risk route, a low
+    # rollout economy III (pipeline/ppo/features/tiers.py): Level 0's high-risk route, a low
     # light score (bottom 10 % of the recent ones) and the confidence gate trigger Level 2, at
     # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
     # reward stage's score map; one sample a step to the human queue. Level 0's token budget is
-    # left out: its complexity head is below the majority class (README "Level 0 router")
+    # left out: its complexity head is below the majority class (docs/README.md)
     "level02": Arm(base="plain", overrides={**LEVEL02, "debug_rollouts": True}),
     # the light RM that evolves (pipeline/ppo/features/rm_evolution.py): the confidence gate keeps
     # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
@@ -536,7 +536,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
 
         scheduled = getattr(cfg, "schedule_on", False)
         probe = None
-        if cfg.prune_on or cfg.resample_on:  # issue 13's measurements (economy_sample.py)
+        if cfg.prune_on or cfg.resample_on:  # the measurements (economy_sample.py)
             from economy_sample import Probe
 
             probe = Probe(work / "probe.jsonl")
@@ -590,7 +590,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
         extra["schedule"] = job_figures(work, f"{arm_name}-seed{seed}", cfg, setup, gold_of,
                                         judge_of(setup))
     if arm.trainer == "ppo" and (work / "rm_scores").is_dir():
-        from economy_tiers import job_figures as tier_figures  # issue 15
+        from economy_tiers import job_figures as tier_figures
 
         extra["tiers"] = tier_figures(work, f"{arm_name}-seed{seed}", setup, judge_of(setup))
     res = {"arm": arm_name, "seed": seed, "trainer": arm.trainer, **extra,
@@ -611,7 +611,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
 
 
 def tier_run_args(cfg, arm: Arm, paths: dict, work: Path, setup: dict) -> dict:
-    """`trainer.run` arguments of issue 15's arms: the routes, the human queue's pool (params'
+    """`trainer.run` arguments of the arms: the routes, the human queue's pool (params'
     preferences section) and table, the `rm_scores` table the tier figures read, and the score
     map from the inputs (the strong RM folder itself is read in place, 263 MB)."""
     from rlhf.pipeline.config import load_config

@@ -256,14 +256,14 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
               "counted; *tokens to target* is the first token count at which an arm's mean curve "
               f"reaches `{baseline}`'s mean gold at equal tokens (and 95 % of it), over what "
               f"`{baseline}` itself needs; the interval resamples the seeds of both arms "
-              "(2,000 bootstrap draws). *learns* (issue 12 §2): the mean gain over SFT at equal "
+              "(2,000 bootstrap draws). *learns*: the mean gain over SFT at equal "
               f"tokens is at least {st.LEARNS_SE:g} standard errors above 0 and every seed's "
               "gain is positive. *gain at ½ tokens* shows whether the curve still rises (with the "
               "default `--steps`, twice `ppo.total_steps`, ½ is about the `make run` "
               "budget). *last checkpoint*: mean gold at each run's last checkpoint and its "
               "change on the checkpoint before (± SE over seeds; *rising* when the change is "
               "more than 2 SE above 0)."), ""]
-    lines += economy_sample.section(runs, sft_gold, baseline)  # issue 13: pruning / resampling
+    lines += economy_sample.section(runs, sft_gold, baseline)  # pruning / resampling
     _figure(figure, grid, curves, sft_gold, float(st.mean_curve(base_c)[i_eq]), t_eq, baseline)
     axes = _cost_figure(figure.with_name(COST_FIGURE), runs, sft_gold, baseline)
     if axes:
@@ -272,10 +272,10 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
                   "Gold against each cost axis (" + ", ".join(axes) + "): the mean curve over "
                   "seeds, interpolated between checkpoints as above.", ""]
     lines += family_section(runs, curves, i_eq, sft_gold)
-    from economy_schedule import report_section as schedule_section  # issue 14
+    from economy_schedule import report_section as schedule_section
 
     lines += schedule_section(runs, baseline)
-    from economy_tiers import report_section as tiers_section  # issue 15
+    from economy_tiers import report_section as tiers_section
 
     lines += tiers_section(runs, baseline)
     lines += _update_section(out)

@@ -1,4 +1,4 @@
-"""Rollout economy inside a sample (issue 13) in bench/economy.py: what a job measures beside gold
+"""Rollout economy inside a sample in bench/economy.py: what a job measures beside gold
 and tokens (the `Probe`), and the report's tables of it (`section`, called by write_report).
 
 The Probe is a post-scoring hook that runs after every other one and changes nothing the run
@@ -199,7 +199,7 @@ SAMPLE_ARMS = ("seed", "pruning", "resampling", "pruning_resampling", "pruning_l
 def section(runs: dict[str, list[dict]], sft_gold: float | None = None,
             baseline: str = "plain") -> list[str]:
     """The report's lines for the sample-economy arms (empty when none ran)."""
-    lines = ["### Inside a sample: pruning and resampling (issue 13)", "",
+    lines = ["### Inside a sample: pruning and resampling", "",
              ("Definitions: bench/economy_sample.py. *useful* = rollouts that reach the update and "
               "are not pruned, over rollouts started (regenerations included); *tokens saved* = "
               "what the pruned samples would still have generated (a copy finished offline by "

@@ -1,4 +1,4 @@
-"""The rollout scheduler's own figures in bench/economy.py (issue 14, seed 001 §4.3): computed
+"""The rollout scheduler's own figures in bench/economy.py (seed 001 §4.3): computed
 in the job from the run's `schedule` and `rollouts` rows before its work folder goes, saved in
 the result JSON under `schedule`, and reported in BENCHMARKS.md by `report_section`
 (economy_report.write_report calls it).
@@ -160,7 +160,7 @@ def report_section(runs: dict, baseline: str) -> list[str]:
     arms = [a for a, rs in runs.items() if any("schedule" in r for r in rs)]
     if not arms:
         return []
-    lines = ["## Rollout scheduler (issue 14, seed 001 §4.3)", ""]
+    lines = ["## Rollout scheduler (seed 001 §4.3)", ""]
     base = runs.get(baseline, [])
     hard = "high"
 

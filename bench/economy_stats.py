@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-LEARNS_SE = 3.0  # issue 12 §2: mean gain >= 3 standard errors above 0, and every seed positive
+LEARNS_SE = 3.0  # mean gain >= 3 standard errors above 0, and every seed positive
 
 
 def curve(points: list[tuple[float, float]], grid: np.ndarray) -> np.ndarray:
@@ -77,7 +77,7 @@ def ratio_with_interval(grid, base: np.ndarray, arm: np.ndarray, final_index: in
 
 
 def gain_stats(gains: list[float]) -> dict:
-    """Mean gold gain over SFT, its standard error over seeds, and the verdict of issue 12 §2."""
+    """Mean gold gain over SFT, its standard error over seeds, and the "learns" verdict."""
     g = np.asarray(gains, dtype=float)
     n = len(g)
     mean = float(g.mean()) if n else math.nan

@@ -1,4 +1,4 @@
-"""Tiered rollout and RM evolution's own figures in bench/economy.py (issue 15; seed 001 §4.1,
+"""Tiered rollout and RM evolution's own figures in bench/economy.py (seed 001 §4.1,
 seed 000 §3.4): computed in the job from the run's `rollouts` (debug texts), `rm_scores` and
 `human_labels` rows before its work folder goes, saved in the result JSON under `tiers`, and
 reported in BENCHMARKS.md by `report_section` (economy_report.write_report calls it).
@@ -103,7 +103,7 @@ def report_section(runs: dict, baseline: str) -> list[str]:
             return "-"
         return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
 
-    lines = ["", "## Tiered rollout and RM evolution (issue 15)", "",
+    lines = ["", "## Tiered rollout and RM evolution", "",
              "Every training sample judged by the gold judge (debug rollouts); gold-bad = the "
              f"run's worst {int(BAD_QUANTILE * 100)} % by gold. Level 2 re-scores with the strong "
              "RM (through the reward stage's score map onto the light scale); the light RM's "

@@ -1,4 +1,4 @@
-"""How often ingest's content filters fire on real prompts, and how often wrongly (issue 17).
+"""How often ingest's content filters fire on real prompts, and how often wrongly.
 
     .venv/bin/python bench/filter_fp.py              # reads ../shared/realdata
     .venv/bin/python bench/filter_fp.py --json out.json

@@ -1,4 +1,4 @@
-"""Where the strong RM ensemble's training time went, cut by cut (issue 16): the embedded
+"""Where the strong RM ensemble's training time went, cut by cut: the embedded
 default's real training pairs (the reward stage's `training_data`: annotator rankings plus
 hacked twins), a few optimiser steps of one MiniLM member under each way of training it, each in
 this process one after the other:

@@ -1,6 +1,6 @@
 """Do both RMs lose their ranking on the policy's own samples? Each RM's Spearman against the
 gold judge on 4 samples per ppo prompt (temperature 0.8, top-p 0.95, 48 tokens) of the SFT
-policy and of the trained PPO policy (issue 15: whether the strong RM, the light RM's teacher,
+policy and of the trained PPO policy (whether the strong RM, the light RM's teacher,
 can re-label for RM evolution).
 
     cd <a clone after make run> && .venv/bin/python <repo>/bench/rm_drift.py

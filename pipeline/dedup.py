@@ -653,7 +653,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
     result.topic_clusters = int(topics.max()) + 1 if len(topics) else 0
 
     with staged_tables(store, TABLES_WRITTEN) as staging:
-        # the PPO rollout scheduler's prompt space (issue 14): the vectors clustered here
+        # the PPO rollout scheduler's prompt space: the vectors clustered here
         _write_embeddings(staging["pool_embeddings"], [ids[r] for r in rep_rows.tolist()],
                           x[row_to_u[rep_rows]], result.embed["model_id"], cfg.rows_per_shard)
         with ShardWriter("pool", staging["pool"], cfg.rows_per_shard) as pool, \
@@ -681,7 +681,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, cache_dir: str | Path | None,
 
 
 # --------------------------------------------------------------------------------------------
-# The pool's embeddings as a table (the PPO rollout scheduler's prompt space, issue 14).
+# The pool's embeddings as a table (the PPO rollout scheduler's prompt space).
 
 def _write_embeddings(folder: Path, prompt_ids: list[str], x: np.ndarray, model_id: str,
                       rows_per_shard: int) -> None:

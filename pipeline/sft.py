@@ -128,7 +128,7 @@ def _trainer_class():
     (the prompt and the padding at -100: the same completion-only mean). TRL computes it through
     its fused LM head, which also works out per-token entropy and top-1 accuracy for its logs:
     on the embedded default that is 0.62 s a step against 0.28 for the same loss (6.9374 vs
-    6.9372 after 13 steps; README "Where the time goes")."""
+    6.9372 after 13 steps; docs/README.md)."""
     from trl import SFTTrainer
 
     class LabelsLossSFTTrainer(SFTTrainer):

@@ -50,7 +50,7 @@ _TS = pa.timestamp("us", tz="UTC")
 # a writer: `store.io.to_arrow` fills it in (and refuses a wrong one) for every table that has
 # both columns. It lives in the tables the audits group or join by prompt over millions of rows
 # (`rollouts`, and `pool` / `difficulty` that they join with): an 8-byte key instead of a
-# 64-character string made those audits 2-3x faster (README "Benchmark"; the key's collision
+# 64-character string made those audits 2-3x faster (docs/README.md; the key's collision
 # odds are in hashing.prompt_key).
 
 
@@ -180,7 +180,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("prompt_text", pa.string()),  # debug rollout mode only
         pa.field("response_text", pa.string()),  # debug rollout mode only
         # version of the RM whose score is `reward` (light RM, evolved light RM `<hash>+e<k>-..`,
-        # or the strong RM for tier 2); null for a fallback and in rows written before issue 15
+        # or the strong RM for tier 2); null for a fallback and in rows written before the tiers existed
         pa.field("rm_version", pa.string()),
         doc="Rollout provenance: one row per generated response.",
     ),
@@ -217,7 +217,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("bucket", pa.string(), nullable=False),  # low 0-3 / mid 4-6 / high 7-10
         doc="Difficulty score and bucket per pool prompt (seed 000 §4.2).",
     ),
-    # The Level-0 router's decision per pool prompt (`rlhf route`; issue 15, seed 001 §4.1),
+    # The Level-0 router's decision per pool prompt (`rlhf route`, seed 001 §4.1),
     # with the labels it was trained / measured on where known, so SQL can audit it.
     "routes": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
@@ -233,7 +233,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("label_high_risk", pa.bool_()),  # its high_risk flag (null: no world)
         doc="Level-0 router decisions per pool prompt: complexity, high risk, token budget.",
     ),
-    # Tables the query layer and its audits read (issue 7), written by PPO (`rlhf ppo --rm-scores`).
+    # Tables the query layer and its audits read, written by PPO (`rlhf ppo --rm-scores`).
     # Every reward-model score PPO uses: the light RM's for each scored rollout, and the strong
     # RM's too for a rollout escalated to Level 2 (seed 001 §4.1); a confidence below the RM's
     # gate queues the sample for RM fine-tuning (seed 000 §3.4, 0.6).
@@ -251,7 +251,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("scored_at", _TS, nullable=False),
         doc="Reward-model scores with confidence, escalations and fine-tune queueing.",
     ),
-    # The human queue (issue 15, seed 001 §4.1): Level-2 samples PPO sent to the annotator pool
+    # The human queue (seed 001 §4.1): Level-2 samples PPO sent to the annotator pool
     # (the world's stand-in for human annotation), within ppo.human_labels_per_step a step.
     "human_labels": _schema(
         pa.field("run_id", pa.string(), nullable=False),
@@ -266,7 +266,7 @@ TABLES: dict[str, pa.Schema] = {
         # why it was labelled: its Level-2 triggers, or ["rm_check"] (RM evolution's check,
         # ppo.rm_label_source annotators)
         pa.field("triggers", pa.list_(pa.string()), nullable=False),
-        doc="Human-queue labels of Level-2 samples, with annotator and time (issue 15).",
+        doc="Human-queue labels of Level-2 samples, with annotator and time.",
     ),
     # One row per saved policy checkpoint: what `rlhf audit lineage CHECKPOINT` starts from.
     "checkpoints": _schema(
@@ -304,7 +304,7 @@ TABLES: dict[str, pa.Schema] = {
         doc="PPO training metrics per logged step (seed 000 §4.4) and the run's cost so far.",
     ),
     # The pool prompts' sentence embeddings (dedup stage, the same vectors it clusters), what the
-    # PPO rollout scheduler (issue 14, seed 001 §4.3) finds a prompt's neighbours with.
+    # PPO rollout scheduler (seed 001 §4.3) finds a prompt's neighbours with.
     "pool_embeddings": _schema(
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("prompt_key", pa.int64(), nullable=False),
@@ -312,7 +312,7 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("embedding", pa.list_(pa.float32()), nullable=False),  # L2-normalised
         doc="MiniLM embeddings of the pool prompts (the rollout scheduler's prompt space).",
     ),
-    # One row per decision of the PPO rollout scheduler (`rlhf ppo --schedule`; issue 14, seed
+    # One row per decision of the PPO rollout scheduler (`rlhf ppo --schedule`, seed
     # 001 §4.3): every candidate prompt a step's batch drew, rolled out or skipped, and why.
     "schedule": _schema(
         pa.field("run_id", pa.string(), nullable=False),

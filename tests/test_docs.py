@@ -165,7 +165,6 @@ def test_outside_reference_is_found(tmp_path):
                                             "a.py:3: z = 3  # (issue 14)"]
 
 
-@pytest.mark.xfail(strict=False, reason="other modules being cleaned at merge")
 def test_no_code_cites_issues_or_outside_documents(repo):
     hits = outside_references(repo)
     assert hits == [], f"{len(hits)} lines:\n" + "\n".join(hits)

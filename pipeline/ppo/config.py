@@ -67,7 +67,7 @@ class PPOConfig:
     # what "the batch KL" is: "sequence" = the mean over rollouts of the KL summed over a
     # response (what TRL and OpenRLHF log as the KL); "token" = the mean per-token KL. At the
     # start of a run the policy is the reference, so every per-token KL is below 0.02 and the
-    # seed's rule pins ε at 0.02, which keeps it there (README, "Does it learn")
+    # seed's rule pins ε at 0.02, which keeps it there (docs/ppo.md)
     adaptive_clip_kl: Literal["sequence", "token"] = "sequence"
     # seed 001 §5.1: kl_coef from 0 to kl_coef over the first steps
     kl_warmup_on: bool = False
@@ -126,10 +126,10 @@ class PPOConfig:
     # labelled by the world's annotator pool (params.yaml preferences.annotators; `rlhf ppo
     # --human-labels`), stored with annotator and time in `human_labels`, and feed RM evolution
     human_labels_per_step: int = 0
-    # Level 0 (issue 15): generate at most the route's token budget for each prompt (router
+    # Level 0: generate at most the route's token budget for each prompt (router
     # section of params.yaml, `rlhf ppo --routes`; max_new_tokens stays the ceiling)
     route_budget_on: bool = False
-    # RM evolution (issue 15; seed 000 §3.4, §5.1; pipeline/ppo/features/rm_evolution.py).
+    # RM evolution (seed 000 §3.4, §5.1; pipeline/ppo/features/rm_evolution.py).
     # rm_gate_mask_on: a sample whose final confidence is below the light RM's gate (0.6) and
     # that Level 2 did not re-score is kept out of the step's update and queued for fine-tuning.
     rm_gate_mask_on: bool = False
@@ -170,7 +170,7 @@ class PPOConfig:
     # PPO step (ppo_epochs x batch_size / mini_batch_size); with zero3 a multiple of the number
     # of processes (seed 000 §5.5)
     gradient_accumulation_steps: int = 1
-    # rollout economy II (issue 14): the prompt-embedding rollout scheduler (seed 001 §4.3,
+    # rollout economy II: the prompt-embedding rollout scheduler (seed 001 §4.3,
     # pipeline/ppo/features/scheduler.py; `rlhf ppo --embeddings`). For a candidate prompt, its
     # `schedule_neighbours` nearest historical prompts (MiniLM cosine; itself first when it has
     # history); a prompt's variance is the sample variance of its last `schedule_window` rewards
@@ -353,7 +353,7 @@ class PPOConfig:
 
 
     def _check_tiers(self) -> None:
-        """Level 0 / 2 and RM evolution (issue 15); each error names its key."""
+        """Level 0 / 2 and RM evolution; each error names its key."""
         for name in ("escalate_score_quantile", "rm_drop"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"ppo.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -382,7 +382,7 @@ class PPOConfig:
                 or self.escalate_high_risk or self.escalate_uncertain)
 
     def _check_schedule(self) -> None:
-        """The scheduler's fields (issue 14); each error names its key in the ppo section."""
+        """The scheduler's fields; each error names its key in the ppo section."""
         if self.schedule_neighbours < 1:
             raise ConfigError(f"ppo.schedule_neighbours must be >= 1, "
                               f"got {self.schedule_neighbours}")

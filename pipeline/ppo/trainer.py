@@ -1,6 +1,6 @@
 """The PPO loop: prompts -> generate -> score -> KL to the reference -> GAE -> PPO epochs -> log
 -> checkpoint, built on transformers, accelerate and TRL's utilities (TRL's own PPOTrainer was
-removed in 2026; see ARCHITECTURE.md "The PPO trainer").
+removed in 2026; see docs/design.md).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
         --prompts artifacts/store/pool --out artifacts/ppo --rollouts artifacts/store/rollouts

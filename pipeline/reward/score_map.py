@@ -3,7 +3,7 @@
 Level 2 (seed 001 §4.1) re-scores a few rollouts of a batch with the strong RM. PPO whitens and
 compares the rewards of one batch, so an escalated sample's strong score must mean what its
 batch-mates' light scores mean: without a map, two scales mixed in one batch cut the held-out
-gold gain from +0.110 to +0.043 (issue 15). The map is fitted on samples both RMs scored (the
+gold gain from +0.110 to +0.043. The map is fitted on samples both RMs scored (the
 reward stage's on-policy SFT samples, `onpolicy_figures`) by quantile matching: the strong
 score's quantile in the strong RM's distribution is sent to the same quantile of the light RM's,
 

@@ -191,7 +191,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
     section's temperature, top-p 1), and a prompt's samples form a listwise group of their own,
     apart from its demonstrations: what PPO needs is the order among the policy's own samples,
     which a group dominated by (much better) demonstrations barely teaches (on-policy
-    within-prompt Spearman vs gold 0.29 -> 0.61, bench/onpolicy_rm.py, README)."""
+    within-prompt Spearman vs gold 0.29 -> 0.61, bench/onpolicy_rm.py)."""
     from rlhf.pipeline.policy import sample
 
     temperature, top_p, max_new = ((sampling.temperature, sampling.top_p, sampling.max_new_tokens)

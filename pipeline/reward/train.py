@@ -124,7 +124,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     `center_rewards_coefficient` x mean (r_chosen + r_rejected)^2; dropout off; AdamW, warm-up
     then cosine, gradient norm clipped at 1), over `prompt_batches`: each distinct text of a batch is scored
     once. On the embedded default's 1,265 training pairs that is 906 texts an epoch instead of
-    the 2,530 the pairwise RewardTrainer scored (README "Where the time goes").
+    the 2,530 the pairwise RewardTrainer scored (docs/README.md).
     `precision` "bf16": forward and backward under bf16 autocast, the head, the weights and the
     optimiser state float32 (scorer.autocast, scorer.fp32_head)."""
     import math

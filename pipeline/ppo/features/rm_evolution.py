@@ -1,4 +1,4 @@
-"""A light reward model that evolves with the policy (issue 15; seed 000 §3.4, §5.1).
+"""A light reward model that evolves with the policy (seed 000 §3.4, §5.1).
 
 Seed 000 §3.4: an RM that is re-checked and re-trained as the policy moves keeps its ranking
 accuracy (0.87 ± 0.02 over three months), a static one falls below 0.75. One post-scoring hook

@@ -1,4 +1,4 @@
-"""The prompt-embedding rollout scheduler (seed 001 §4.3; issue 14): skip the rollout of a prompt
+"""The prompt-embedding rollout scheduler (seed 001 §4.3): skip the rollout of a prompt
 whose semantic neighbourhood's rewards have stopped varying, with GRESO-like exploration.
 
 One object, `PromptScheduler`, is both a `PromptGate` (it decides before generation, on the whole
@@ -175,7 +175,7 @@ class PromptScheduler(HookBase):
 
     def is_uncertain(self, prompt_id: str, within: int = 50) -> bool:
         """Whether `prompt_id`'s topic cluster was marked high-uncertainty in the last `within`
-        steps (Level 2's cluster trigger; issue 15)."""
+        steps (Level 2's cluster trigger)."""
         c = self.clusters.get(prompt_id)
         last = max(self.marked.values(), default=0)
         return c is not None and int(c) in self.marked and self.marked[int(c)] >= last - within

@@ -118,7 +118,7 @@ class Escalation(HookBase):
 
 
 class HumanQueue(HookBase):
-    """The human queue (issue 15): up to `human_labels_per_step` escalated samples a step, the
+    """The human queue: up to `human_labels_per_step` escalated samples a step, the
     lowest light scores first, are labelled by the annotator pool (the world's stand-in for
     human annotation: gold plus noise, bias and drift) at a simulated time that advances
     `minutes_per_step` a step, so labels do not depend on the wall clock and a resumed run
@@ -178,7 +178,7 @@ class HumanQueue(HookBase):
 
 
 class RouteBudget(HookBase):
-    """Level 0's token budget (issue 15): each row stops at its prompt's route `max_new_tokens`
+    """Level 0's token budget: each row stops at its prompt's route `max_new_tokens`
     (prompts without a route: ppo.max_new_tokens). A generation hook; `prepare(batch)` tells it
     the batch's prompt ids before `processors`."""
 
