@@ -74,6 +74,17 @@ ARMS: dict[str, Arm] = {
     # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
     "light_critic": Arm(base="seed", stratified=True,
                         overrides={"critic": "light", "reward_attention_on": True}),
+    # critics defined relative to the policy (critic.py): its first layers copied and trained,
+    # or shared and frozen under one trainable block (critic_layers 0: a quarter of the policy's)
+    "trunk_critic": Arm(base="seed", stratified=True,
+                        overrides={"critic": "trunk", "critic_layers": 0}),
+    "trunk_critic_k2": Arm(base="seed", stratified=True,
+                           overrides={"critic": "trunk", "critic_layers": 2}),
+    "shared_critic": Arm(base="seed", stratified=True,
+                         overrides={"critic": "shared", "critic_layers": 0,
+                                    "reward_attention_on": True}),
+    "shared_critic_k2": Arm(base="seed", stratified=True,
+                            overrides={"critic": "shared", "critic_layers": 2}),
     # rollout economy II: the prompt-embedding rollout scheduler alone on plain PPO
     # (so its figures are against the baseline's own seeds); debug_rollouts keeps the texts the
     # staleness check scores with the gold judge (it changes no update)
@@ -145,7 +156,8 @@ BASELINE = "plain"
 FAMILIES = {"peers": ("grpo", "grpo_dapo", "rloo"),
             "group estimators (ours)": ("grpo_ours", "rloo_ours", "dapo_ours"),
             "engine": ("engine_native", "spec_lookup"), "seed switches": ("seed",),
-            "critic": ("light_critic",), "scheduler": ("scheduler", "scheduler_loose"),
+            "critic": ("light_critic", "trunk_critic", "trunk_critic_k2", "shared_critic",
+                       "shared_critic_k2"), "scheduler": ("scheduler", "scheduler_loose"),
             "pruning": ("pruning", "resampling", "pruning_resampling", "pruning_literal",
                         "pruning_literal_truncation", "pruning_norep",
                         "pruning_norep_truncation"),
