@@ -107,7 +107,7 @@ RANGES: dict[str, dict[str, Spec]] = {
         "kl_warmup_steps": COUNT,
         "collapse_mean_drop": POS, "collapse_std_rise": POS, "collapse_kl_coef": POS,
         "collapse_hold_steps": COUNT,
-        "gradnorm_reference_steps": COUNT, "gradnorm_shift_decades": POS,
+        "gradnorm_reference_steps": COUNT, "gradnorm_shift_decades": FINITE,
         "gradnorm_bimodal_separation": POS,
         "rollout_dropout": FRACTION_LT1,
         "critic_hidden_size": COUNT, "critic_heads": COUNT,

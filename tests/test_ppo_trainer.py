@@ -69,7 +69,8 @@ def test_loop_logs_records_and_checkpoints(tmp_path):
         assert x["clip_range"] == expected
     assert [x["kl_coef"] for x in m] == pytest.approx([0.0, 0.05 / 3, 0.1 / 3, 0.05])  # warm-up
     # seed 000 §4.4: a CSV line every `csv_every` (2) steps, exactly the six metrics
-    rows = list(csv.reader(open(tmp_path / "run" / "metrics.csv")))
+    with open(tmp_path / "run" / "metrics.csv") as fh:
+        rows = list(csv.reader(fh))
     assert tuple(rows[0]) == CSV_COLUMNS and [r[0] for r in rows[1:]] == ["2", "4"]
     # TensorBoard got every metric at every step
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

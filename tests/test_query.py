@@ -60,7 +60,8 @@ def test_csv_to_stdout_and_file(store, tmp_path):
     assert json.loads(rows[3]["reasons"]) == ["email", "phone"]  # lists become JSON text
     target = tmp_path / "sub" / "rejected.csv"
     _ok(rlhf("query", sql, "--store", str(store), "-f", "csv", "--out", str(target)))
-    assert list(csv.DictReader(target.open())) == rows
+    with target.open() as fh:
+        assert list(csv.DictReader(fh)) == rows
 
 
 def test_jsonl_keeps_types(store):
