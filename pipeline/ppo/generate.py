@@ -56,8 +56,7 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     flags: list[list[str]] = [[] for _ in texts]
     processors, stops = [], [MaxTimeCriteria(cfg.generation_timeout_s)]
     for h in hooks:
-        if hasattr(h, "prepare"):  # a hook that needs the batch's prompts (Level 0's budget)
-            h.prepare(batch)
+        h.prepare(batch)  # in the GenerationHook protocol (HookBase: a no-op)
         p, s = h.processors(step, len(texts))
         processors += p
         stops += s

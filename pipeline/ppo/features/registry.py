@@ -28,6 +28,11 @@ from rlhf.pipeline.ppo.hooks import GenerationHook, PostScoringHook, PromptGate,
     StepObserver
 
 
+def _option(name: str) -> str:
+    """The `rlhf ppo` option of an input or table key."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class Input:
     """An artifact features read: `rlhf ppo --<key> PATH` (or, `from_params`, a section of the
@@ -39,7 +44,7 @@ class Input:
 
     @property
     def option(self) -> str:
-        return "--" + self.key.replace("_", "-")
+        return _option(self.key)
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class Table:
 
     @property
     def option(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return _option(self.name)
 
 
 @dataclass(frozen=True)
