@@ -46,18 +46,19 @@ test-fast: setup
 
 # The rollout-economy benchmark (bench/dvc.yaml, docs/benchmarks.md), on `make run`'s artifacts:
 # `bench` the headline arms x 3 seeds -> BENCHMARKS.md; `bench-all` every arm (and
-# bench/BENCHMARKS_ALL.md). DVC reruns only the arms a change touches; a second run runs nothing.
+# bench/BENCHMARKS_ALL.md). DVC reruns only the arms a change touches, two at a time (one
+# core each); a second run runs nothing.
 bench: setup
 	$(BIN)/python bench/economy_dvc.py --check
 	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench: the pipeline's artifacts are not" \
 	  "up to date (dvc status dvc.yaml): run make run first"; exit 1; }
-	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets headline)
+	$(BIN)/python bench/economy_dvc.py --run headline --jobs 2
 
 bench-all: setup
 	$(BIN)/python bench/economy_dvc.py --check
 	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench-all: the pipeline's artifacts are" \
 	  "not up to date (dvc status dvc.yaml): run make run first"; exit 1; }
-	$(BIN)/dvc repro --single-item $$($(BIN)/python bench/economy_dvc.py --targets all)
+	$(BIN)/python bench/economy_dvc.py --run all --jobs 2
 
 # Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
 lock: setup

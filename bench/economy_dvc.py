@@ -9,6 +9,14 @@ BENCHMARKS.md) and `report_all` (every arm, bench/BENCHMARKS_ALL.md).
 
     .venv/bin/python bench/economy_dvc.py            # rewrites bench/dvc.yaml
     .venv/bin/python bench/economy_dvc.py --check    # exit 1 when bench/dvc.yaml is out of date
+    .venv/bin/python bench/economy_dvc.py --run headline --jobs 2   # what `make bench` runs
+
+DVC runs one stage at a time in a workspace (its repository lock), so on 2 cores a plain
+`dvc repro` leaves one idle. `--run` reproduces `setup` and `sft` with DVC, asks `dvc status`
+which arm x seed items are stale, runs exactly those items' own commands `--jobs` at a time, has
+DVC record each finished item (`dvc commit`, one at a time: deps hashed as they are now, which the
+driver checks are the ones it started from) and reproduces the report with DVC. The lock it
+leaves is the one `dvc repro` would have left; a second run finds nothing stale and runs nothing.
 
 Paths here are repository paths; the stage file names them from bench/ (`../pipeline/...`).
 """
@@ -16,7 +24,14 @@ Paths here are repository paths; the stage file names them from bench/ (`../pipe
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -252,13 +267,112 @@ def targets(which: str) -> list[str]:
                                             report)]
 
 
+def _dvc() -> str:
+    here = Path(sys.executable).parent / "dvc"
+    return str(here) if here.exists() else (shutil.which("dvc") or "dvc")
+
+
+def stale_items(items: list[str]) -> list[str]:
+    """Those of the `bench/dvc.yaml:arm_<name>@<seed>` items `dvc status` reports changed (a
+    changed dep or param, or a missing out)."""
+    if not items:
+        return []
+    proc = subprocess.run([_dvc(), "status", "--json", *items], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"dvc status failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    changed = json.loads(proc.stdout or "{}")
+    return [i for i in items if i in changed]
+
+
+def _code_state(paths: list[str]) -> str:
+    """git's view of `paths` on disk (object ids): what a job ran, to compare after it."""
+    on_disk = [p for p in paths if (REPO / p).is_file()]
+    return subprocess.run(["git", "hash-object", "--", *on_disk], cwd=REPO, capture_output=True,
+                          text=True, check=False).stdout
+
+
+def item_code(item: str) -> list[str]:
+    """The repository files (code and params) an `arm_<name>@<seed>` item depends on."""
+    stage = yaml_stages()[item.split(":", 1)[1].split("@")[0]]
+    files = [d for d in stage["deps"] if not d.startswith(("results/", "../artifacts/"))]
+    files += [f for p in stage["params"] for f in p]
+    return sorted({str((BENCH / f).resolve().relative_to(REPO)) for f in files})
+
+
+def yaml_stages() -> dict:
+    import yaml
+
+    return yaml.safe_load(DVC_YAML.read_text())["stages"]
+
+
+def run(which: str, jobs: int) -> int:
+    """`make bench` / `make bench-all`: the stale stages of `targets(which)`, arm x seed items
+    `jobs` at a time (module docstring)."""
+    import economy
+
+    bp = bench_params()
+    arms = bp["headline"] if which == "headline" else list(economy.ARMS)
+    tg = targets(which)
+    dvc = _dvc()
+    if subprocess.call([dvc, "repro", "--single-item", *tg[:2]], cwd=REPO) != 0:
+        return 1
+    items = [f"bench/dvc.yaml:arm_{a}@{s}" for a in arms for s in bp["seeds"]]
+    todo = stale_items(items)
+    if not todo:
+        print(f"bench: every arm x seed ({len(items)}) is up to date in DVC's cache: nothing to run")
+    else:
+        print(f"bench: {len(todo)} of {len(items)} arm x seed items to run, {jobs} at a time: "
+              + ", ".join(i.split(":arm_")[1] for i in todo), flush=True)
+    logs = BENCH / "results" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    failed: list[str] = []
+
+    def one(item: str) -> None:
+        name, seed = item.split(":arm_")[1].split("@")
+        code = item_code(item)
+        before = _code_state(code)
+        out = BENCH / "results" / name / f"seed{seed}.json"
+        out.unlink(missing_ok=True)  # as dvc repro removes a stage's outs before its cmd
+        t = time.perf_counter()
+        with open(logs / f"{name}-{seed}.log", "w") as fh:
+            rc = subprocess.call([sys.executable, "economy.py", "--dvc", name, seed], cwd=BENCH,
+                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ})
+        why = f"rc={rc}, log bench/results/logs/{name}-{seed}.log"
+        if rc == 0 and _code_state(code) != before:
+            rc, why = 1, "its code or params changed while it ran, so it is not recorded"
+        with lock:
+            if rc == 0 and subprocess.call([dvc, "commit", "--force", "--quiet", item],
+                                           cwd=REPO) != 0:
+                rc, why = 1, "dvc commit failed"
+            print(f"bench: {name} seed {seed}: " + ("ok" if rc == 0 else f"FAILED ({why})")
+                  + f" in {time.perf_counter() - t:.0f} s", flush=True)
+            if rc != 0:
+                failed.append(item)
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+    if failed:
+        print(f"bench: {len(failed)} item(s) failed, the report is not written: "
+              + ", ".join(failed))
+        return 1
+    return subprocess.call([dvc, "repro", "--single-item", tg[-1]], cwd=REPO)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when bench/dvc.yaml is stale")
     ap.add_argument("--targets", choices=("headline", "all"),
                     help="print the stages of `make bench` (headline) or `make bench-all`, in "
                          "order, as `dvc repro --single-item` takes them")
+    ap.add_argument("--run", choices=("headline", "all"),
+                    help="reproduce `make bench` (headline) or `make bench-all`: the stale arm x "
+                         "seed items --jobs at a time, each recorded by dvc commit")
+    ap.add_argument("--jobs", type=int, default=2, help="arm x seed items in parallel (--run)")
     args = ap.parse_args(argv)
+    if args.run:
+        return run(args.run, args.jobs)
     if args.targets:
         print(" ".join(targets(args.targets)))
         return 0

@@ -271,6 +271,7 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
                    f"({os.path.relpath(figure.with_name(COST_FIGURE), report.parent)})"), "",
                   "Gold against each cost axis (" + ", ".join(axes) + "): the mean curve over "
                   "seeds, interpolated between checkpoints as above.", ""]
+    lines += verdict_section(runs, curves, i_eq, baseline)
     lines += family_section(runs, curves, i_eq, sft_gold)
     from economy_schedule import report_section as schedule_section
 
@@ -337,6 +338,40 @@ def cost_section(runs: dict, arms: dict, timing: str) -> list[str]:
                   "`economy.timing: none`), so their seconds measure the machine's load as much "
                   "as the arm; each result keeps its own seconds."), ""]
     return lines
+
+
+GEN_COMPUTE = ("gen_token_forwards", "logprob_token_forwards")
+
+
+def generation_compute(rs: list[dict]) -> float | None:
+    """Mean policy token-forwards in generation plus the old-log-prob pass, per run."""
+    vals = [sum(r["cost"].get(k) or 0 for k in GEN_COMPUTE) for r in rs
+            if r["cost"].get(GEN_COMPUTE[0])]
+    return sum(vals) / len(vals) if vals else None
+
+
+def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[str]:
+    """Each arm's verdict against the baseline, from the figures above (economy_stats.verdict):
+    the README and docs link here instead of typing one."""
+    base = [float(x) for x in curves[baseline][:, i_eq]]
+    base_c = generation_compute(runs[baseline])
+    rows = []
+    for a, rs in runs.items():
+        if a == baseline:
+            continue
+        d, lo, hi = st.difference_interval(base, [float(x) for x in curves[a][:, i_eq]])
+        mine = generation_compute(rs)
+        ratio = mine / base_c if mine is not None and base_c else None
+        rows.append(f"| {a} | {_fmt(d, 3, True)} [{_fmt(lo, 3, True)}, {_fmt(hi, 3, True)}] | "
+                    f"{'–' if ratio is None else f'{ratio:.2f}'} | "
+                    f"{st.verdict(lo, hi, ratio)} |")
+    return ["### Verdicts (generated from the tables above)", "",
+            f"| arm | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation compute "
+            f"/ `{baseline}`'s | verdict |", "|---|---|---|---|", *rows, "",
+            (f"Generation compute: policy token-forwards in generation plus the old-log-prob "
+             f"pass, mean per run. *Saves compute*: gold within `{baseline}`'s interval for at "
+             f"most {st.SAVES:g}x its generation compute. The TRL peers count theirs from the "
+             "shapes TRL pads a batch to."), ""]
 
 
 def family_section(runs: dict, curves: dict, i_eq: int, sft_gold: float) -> list[str]:

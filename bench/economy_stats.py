@@ -88,3 +88,39 @@ def gain_stats(gains: list[float]) -> dict:
         learns = bool(mean >= LEARNS_SE * se and (g > 0).all())
         verdict = "yes" if learns else "no"
     return {"mean": mean, "se": se, "n": n, "gains": [float(x) for x in g], "learns": verdict}
+
+
+def difference_interval(base: list[float], arm: list[float], n_boot: int = 2000,
+                        seed: int = 0) -> tuple[float, float, float]:
+    """Mean(arm) - mean(base) with a 95 % bootstrap interval (each arm's seeds resampled with
+    replacement): (difference, low, high)."""
+    b, a = np.asarray(base, dtype=float), np.asarray(arm, dtype=float)
+    diff = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    draws = (rng.choice(a, (n_boot, len(a))).mean(axis=1)
+             - rng.choice(b, (n_boot, len(b))).mean(axis=1))
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    return diff, float(lo), float(hi)
+
+
+SAVES = 0.95  # an arm saves compute when it spends at most this share of the baseline's
+
+
+def verdict(low: float, high: float, compute_ratio: float | None) -> str:
+    """The one-line verdict of an arm against the baseline: its gold at equal tokens (the 95 %
+    interval [low, high] of the difference) and its generation compute (policy token-forwards in
+    generation and old log-probs, as a share of the baseline's)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "not enough seeds for a verdict"
+    saves = compute_ratio is not None and compute_ratio <= SAVES
+    cost = (f"{compute_ratio:.2f}x the generation compute" if compute_ratio is not None
+            else "generation compute not counted")
+    if high < 0:
+        return f"costs gold ({cost}): off"
+    if low > 0:
+        return f"more gold at equal tokens ({cost})"
+    if saves:
+        return f"same gold for {cost}: saves compute"
+    return f"same gold, no saving ({cost})"

@@ -171,3 +171,35 @@ def test_seconds_are_compared_only_under_a_timing_protocol():
     assert "train s" not in text and "No seconds comparison" in text
     timed = "\n".join(economy_report.cost_section({"plain": rs}, arms, "serial"))
     assert "timing protocol `serial`" in timed and "| plain | 6 [5, 7] | 1 |" in timed
+
+
+# --------------------------------------------------------------------------- make bench's driver
+def test_the_driver_guards_an_item_by_its_code_and_params_not_its_artifacts():
+    """`economy_dvc.py --run` records an item (dvc commit) only when the files it checks did not
+    change while the item ran: the item's code and params files, never the artifacts or results."""
+    code = economy_dvc.item_code("bench/dvc.yaml:arm_plain@0")
+    assert {"pipeline/ppo/trainer.py", "params.yaml", "bench/params.yaml",
+            "bench/economy.py"} <= set(code)
+    assert not any(c.startswith(("artifacts/", "bench/results/")) for c in code)
+    assert "pipeline/ppo/features/scheduler.py" not in code
+    assert "pipeline/ppo/features/scheduler.py" in economy_dvc.item_code(
+        "bench/dvc.yaml:arm_scheduler_loose@1")
+    before = economy_dvc._code_state(code)
+    assert before == economy_dvc._code_state(code) and len(before.split()) == len(code)
+
+
+def test_verdicts_come_from_the_curves_and_the_counts():
+    def runs(gain, forwards):
+        return [{"cost": {"gen_token_forwards": forwards, "logprob_token_forwards": forwards}}
+                for _ in gain]
+
+    import numpy as np
+
+    base, cheap, worse = [0.19, 0.2, 0.21], [0.2, 0.19, 0.21], [0.05, 0.06, 0.07]
+    curves = {a: np.array([[g] for g in v]) for a, v in
+              (("plain", base), ("engine_native", cheap), ("pruning", worse))}
+    text = "\n".join(economy_report.verdict_section(
+        {"plain": runs(base, 100), "engine_native": runs(cheap, 40), "pruning": runs(worse, 80)},
+        curves, 0, "plain"))
+    assert "| engine_native |" in text and "0.40" in text and "saves compute" in text
+    assert "| pruning |" in text and "costs gold" in text and "| plain |" not in text

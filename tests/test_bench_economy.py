@@ -80,6 +80,19 @@ def table(report: str, heading: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slow
+def test_difference_interval_and_verdicts():
+    same = st.difference_interval([0.19, 0.20, 0.21], [0.20, 0.19, 0.21])
+    assert same[1] < 0 < same[2]  # seed noise: the interval holds 0
+    worse = st.difference_interval([0.19, 0.20, 0.21], [0.05, 0.06, 0.07])
+    assert worse[0] == pytest.approx(-0.14) and worse[2] < 0
+    assert st.verdict(*same[1:], 0.5).endswith("saves compute")
+    assert st.verdict(*same[1:], 1.0).startswith("same gold, no saving")
+    assert st.verdict(*worse[1:], 0.5).startswith("costs gold")  # cheaper, but not lossless
+    assert st.verdict(0.01, 0.03, None).startswith("more gold")
+    assert st.verdict(math.nan, math.nan, 0.5) == "not enough seeds for a verdict"
+    assert math.isnan(st.difference_interval([0.2], [0.1, 0.3])[1])
+
+
 def test_saved_result_survives_a_new_default_off_switch_not_a_changed_value():
     import economy
 
