@@ -366,8 +366,8 @@ def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[
                     f"{'–' if ratio is None else f'{ratio:.2f}'} | "
                     f"{st.verdict(lo, hi, ratio)} |")
     return ["### Verdicts (generated from the tables above)", "",
-            f"| arm | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation compute "
-            f"/ `{baseline}`'s | verdict |", "|---|---|---|---|", *rows, "",
+            (f"| arm | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation compute "
+             f"/ `{baseline}`'s | verdict |"), "|---|---|---|---|", *rows, "",
             (f"Generation compute: policy token-forwards in generation plus the old-log-prob "
              f"pass, mean per run. *Saves compute*: gold within `{baseline}`'s interval for at "
              f"most {st.SAVES:g}x its generation compute. The TRL peers count theirs from the "
