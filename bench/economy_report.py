@@ -352,7 +352,7 @@ def generation_compute(rs: list[dict]) -> float | None:
 
 def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[str]:
     """Each arm's verdict against the baseline, from the figures above (economy_stats.verdict):
-    the README and docs link here instead of typing one."""
+    pages quote this table instead of typing a verdict."""
     base = [float(x) for x in curves[baseline][:, i_eq]]
     base_c = generation_compute(runs[baseline])
     rows = []
