@@ -24,8 +24,8 @@ Paths here are repository paths; the stage file names them from bench/ (`../pipe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -300,7 +300,9 @@ def item_code(item: str) -> list[str]:
     return sorted({str((BENCH / f).resolve().relative_to(REPO)) for f in files})
 
 
+@functools.cache
 def yaml_stages() -> dict:
+    """bench/dvc.yaml's stages as DVC reads them (parsed once a process)."""
     import yaml
 
     return yaml.safe_load(DVC_YAML.read_text())["stages"]
@@ -338,7 +340,7 @@ def run(which: str, jobs: int) -> int:
         t = time.perf_counter()
         with open(logs / f"{name}-{seed}.log", "w") as fh:
             rc = subprocess.call([sys.executable, "economy.py", "--dvc", name, seed], cwd=BENCH,
-                                 stdout=fh, stderr=subprocess.STDOUT, env={**os.environ})
+                                 stdout=fh, stderr=subprocess.STDOUT)
         why = f"rc={rc}, log bench/results/logs/{name}-{seed}.log"
         if rc == 0 and _code_state(code) != before:
             rc, why = 1, "its code or params changed while it ran, so it is not recorded"
