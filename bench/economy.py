@@ -73,7 +73,8 @@ ARMS: dict[str, Arm] = {
     "seed": Arm(base="seed", stratified=True),
     # seed 000 §3.2's light critic with reward-aware attention, on top of seed PPO (off there)
     "light_critic": Arm(base="seed", stratified=True,
-                        overrides={"critic": "light", "reward_attention_on": True}),
+                        overrides={"critic": "light", "critic_layers": 3,
+                                   "reward_attention_on": True}),
     # critics defined relative to the policy (critic.py): its first layers copied and trained,
     # or shared and frozen under one trainable block (critic_layers 0: a quarter of the policy's)
     "trunk_critic": Arm(base="seed", stratified=True,
@@ -182,7 +183,7 @@ EVAL_POINTS = 6  # checkpoints per run besides SFT
 # --quick: a tiny world (economy_world.py) and a budget that runs in seconds
 QUICK_PPO = {"batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 16,
              "max_prompt_tokens": 16, "learning_rate": 1e-3, "critic_learning_rate": 1e-3,
-             "critic_hidden_size": 32, "critic_layers": 2, "critic_heads": 4,
+             "critic_hidden_size": 32, "critic_layers": 0, "critic_heads": 4,
              "critic_max_tokens": 16, "kl_warmup_steps": 3, "gradnorm_reference_steps": 2,
              "attn_implementation": "eager"}
 QUICK_STEPS = 8

@@ -350,6 +350,16 @@ def generation_compute(rs: list[dict]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def engine_of(rs: list[dict]) -> str:
+    """The rollout engine an arm's runs sampled with: hf unless its switches say otherwise; the
+    TRL peers sample with TRL's own generation."""
+    if not rs or "features_on" not in rs[0]:
+        return "–"
+    if rs[0].get("trainer", "ppo") != "ppo":
+        return "trl"
+    return str((rs[0]["features_on"] or {}).get("engine", "hf"))
+
+
 def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[str]:
     """Each arm's verdict against the baseline, from the figures above (economy_stats.verdict):
     pages quote this table instead of typing a verdict."""
@@ -362,16 +372,19 @@ def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[
         d, lo, hi = st.difference_interval(base, [float(x) for x in curves[a][:, i_eq]])
         mine = generation_compute(rs)
         ratio = mine / base_c if mine is not None and base_c else None
-        rows.append(f"| {a} | {_fmt(d, 3, True)} [{_fmt(lo, 3, True)}, {_fmt(hi, 3, True)}] | "
+        rows.append(f"| {a} | {engine_of(rs)} | {_fmt(d, 3, True)} [{_fmt(lo, 3, True)}, "
+                    f"{_fmt(hi, 3, True)}] | "
                     f"{'–' if ratio is None else f'{ratio:.2f}'} | "
                     f"{st.verdict(lo, hi, ratio)} |")
     return ["### Verdicts (generated from the tables above)", "",
-            (f"| arm | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation compute "
-             f"/ `{baseline}`'s | verdict |"), "|---|---|---|---|", *rows, "",
+            (f"| arm | engine | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation "
+             f"compute / `{baseline}`'s | verdict |"), "|---|---|---|---|---|", *rows, "",
             (f"Generation compute: policy token-forwards in generation plus the old-log-prob "
              f"pass, mean per run. *Saves compute*: gold within `{baseline}`'s interval for at "
              f"most {st.SAVES:g}x its generation compute. The TRL peers count theirs from the "
-             "shapes TRL pads a batch to."), ""]
+             "shapes TRL pads a batch to. *Engine*: the rollout engine the arm sampled with "
+             f"(`{baseline}` runs on hf); an arm on native owes its compute ratio mostly to the "
+             "engine (compare it with engine_native), its gold to its switches."), ""]
 
 
 def family_section(runs: dict, curves: dict, i_eq: int, sft_gold: float) -> list[str]:

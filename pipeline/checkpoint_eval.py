@@ -32,6 +32,7 @@ import random
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 CURVE_COLUMNS = ("step", "sqrt_kl", "kl_mean", "gold_mean", "light_rm_mean", "strong_rm_mean",
                  "win_rate", "response_tokens_mean", "repetition_rate")
@@ -48,6 +49,9 @@ class EvalConfig:
     checkpoints: tuple[int, ...] = ()  # PPO steps to evaluate; () = every saved checkpoint
     batch_size: int = 64
     repetition_ngram: int = 4     # seq-rep-4 of Welleck et al. 2019 (neural text degeneration)
+    # the rollout engine that samples (pipeline/generation.py get_generator): "native" (a stopped
+    # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
+    engine: Literal["hf", "native"] = "native"
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.repetition_ngram < 1:
@@ -139,20 +143,21 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     """
     import torch
 
-    from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, generate,
+    from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, get_generator,
                                           pad_responses, response_logits)
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import response_of
 
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     settings = Sampling(temperature, top_p, cfg.max_new_tokens)
+    engine = get_generator(cfg.engine)
     out: list[dict] = []
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         chunk = prompts[start:start + cfg.batch_size]
         enc = encode_prompts(tok, chunk, cfg.max_prompt_tokens)
         torch.manual_seed(cfg.seed * 1_000_003 + b)
         with torch.no_grad():
-            seq = generate(model, tok, enc, settings).sequences
+            seq = engine.generate(model, tok, enc, settings).sequences
             rows = [cut_at_eos(r, eos, pad) for r in seq[:, enc["input_ids"].shape[1]:].tolist()]
             resp, resp_mask = pad_responses(rows, pad)                 # [B, T]
             q, qm = enc["input_ids"], enc["attention_mask"]

@@ -49,27 +49,28 @@ def _perturbed(tok, scale: float, seed: int):
     return model
 
 
-def test_batched_kl_matches_unbatched_sum(tmp_path):
+@pytest.mark.parametrize("engine", ["hf", "native"])
+def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
     """Left padding and position ids must not change the KL: each row's sum equals the KL
-    computed from a forward over that prompt + response alone."""
+    computed from a forward over that prompt + response alone (with either rollout engine)."""
     import torch
     from rlhf.pipeline.checkpoint_eval import sample_with_kl
+    from rlhf.pipeline.generation import Sampling, get_generator
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import format_prompt
 
     tok = ppo_tiny.tokenizer()
     ref, pol = ppo_tiny.policy(tok), _perturbed(tok, 0.05, 1)
     prompts = ppo_tiny.PROMPTS[:5]
-    cfg = EvalConfig(max_new_tokens=6, batch_size=5)
+    cfg = EvalConfig(max_new_tokens=6, batch_size=5, engine=engine)
     outs = sample_with_kl(pol, ref, tok, prompts, cfg, temperature=0.8, top_p=1.0)
     assert len(outs) == 5 and any(o["kl"] > 0 for o in outs)
     # regenerate row by row is not the same sample; instead re-score the batch's own tokens
     tok.padding_side = "left"
     enc = tok([format_prompt(p) for p in prompts], return_tensors="pt", padding=True)
     torch.manual_seed(0)
-    seq = pol.generate(**enc, do_sample=True, temperature=0.8, top_p=1.0, top_k=0,
-                       max_new_tokens=6, pad_token_id=tok.pad_token_id,
-                       eos_token_id=tok.eos_token_id, suppress_tokens=[tok.pad_token_id])
+    with torch.no_grad():
+        seq = get_generator(engine).generate(pol, tok, enc, Sampling(0.8, 1.0, 6)).sequences
     gen = seq[:, enc["input_ids"].shape[1]:].tolist()
     for i, p in enumerate(prompts):
         stop = gen[i].index(tok.eos_token_id) + 1 if tok.eos_token_id in gen[i] else len(gen[i])

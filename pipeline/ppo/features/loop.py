@@ -30,7 +30,8 @@ register(Feature("rollout_dropout", {"rollout_dropout_on": False},
                  help="dropout kept active while sampling rollouts (seed 001 §5.2)",
                  params=("rollout_dropout",), modules=("pipeline/ppo/generate.py",)))
 register(Feature("light_critic", {"critic": "full"},
-                 help="a light critic instead of a copy of the policy (seed 000 §3.2)",
+                 help="a critic lighter than the policy instead of a full copy: its first layers "
+                      "(trunk, shared) or seed 000 §3.2's encoder (light)",
                  params=("critic_hidden_size", "critic_layers", "critic_heads",
                          "critic_max_tokens"),
                  modules=("pipeline/ppo/critic.py",)))
