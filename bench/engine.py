@@ -4,7 +4,13 @@ seconds (variants interleaved, `--repeats` rounds, median and min-max).
 
     RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py --batches 16 64 \
         --repeats 5 --max-new-tokens 48                       # a tiny random Llama built here
-    .venv/bin/python bench/engine.py --policy artifacts/sft   # a saved policy folder
+    RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py \
+        --policy artifacts/models/sft --prompts artifacts/store \
+        --json bench/data/engine_sft.json                     # make run's SFT policy, held-out prompts
+
+`--prompts` (a store root): the batches are the first held-out prompts of its pool (as the ppo
+and eval stages render them); without it, a saved policy gets synthetic prompts. `--json`: the
+figures as JSON, which `python docs/generate.py` renders as docs/generated/engine-bench.md.
 
 Counts: `forwards` = sequential policy forwards; `row_fwd` = rows summed over those forwards
 (what a finished row still costs under hf); `tok_fwd` = token positions pushed through the
@@ -16,6 +22,9 @@ drafted tokens. `reuse` drafts the prompt's previous native response with its st
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import statistics
 import time
 import types
@@ -75,18 +84,39 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--draft-k", type=int, default=4)
+    ap.add_argument("--prompts", default=None,
+                    help="a store root: batches of its held-out prompts (needs --policy)")
+    ap.add_argument("--json", default=None, help="also write the figures here as JSON")
     args = ap.parse_args()
+    if args.prompts and not args.policy:
+        ap.error("--prompts needs --policy (the tiny random Llama has no tokenizer)")
     if args.policy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(args.policy).eval()
         tok = AutoTokenizer.from_pretrained(args.policy)
-        texts = [f"tell me about item {i}" for i in range(max(args.batches))]
+        if args.prompts:
+            from rlhf.pipeline.heldout_prompts import held_out_prompts
+
+            texts = [t for _, t in held_out_prompts(args.prompts)]
+            if len(texts) < max(args.batches):
+                ap.error(f"{args.prompts} has {len(texts)} held-out prompts, fewer than batch "
+                         f"{max(args.batches)}")
+        else:
+            texts = [f"tell me about item {i}" for i in range(max(args.batches))]
         make = lambda b, s: dict(encode_prompts(tok, texts[:b]))
     else:
         model, tok = tiny_policy()
         make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
+    report = {"command": "bench/engine.py " + " ".join(_argv()),
+              "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
+              "prompts": args.prompts or ("synthetic" if args.policy else "random ids"),
+              "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+              "load_1min_at_start": round(os.getloadavg()[0], 2), "machine": _cpu_name(), "torch": torch.__version__, "repeats": args.repeats,
+              "sampling": {"temperature": args.temperature, "top_p": args.top_p,
+                           "max_new_tokens": args.max_new_tokens}, "draft_k": args.draft_k,
+              "batches": {}}
     print(f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens} "
           f"T={args.temperature} top_p={args.top_p} draft_k={args.draft_k} "
           f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}")
@@ -112,6 +142,7 @@ def main() -> None:
         print(f"\nbatch {B}: counts per 1,000 generated tokens (summed over {args.repeats} runs)")
         print(f"{'variant':15s} {'tokens':>7s} {'forwards':>9s} {'row_fwd':>8s} {'tok_fwd':>8s} "
               f"{'accept':>7s}   seconds median [min, max] (shared machine)")
+        rows_out = report["batches"][str(B)] = {}
         for v in VARIANTS:
             gen, fw, rows, tf, dr, ac = (sum(c[i] for c in counts[v]) for i in range(6))
             per = 1000 / max(gen, 1)
@@ -120,6 +151,40 @@ def main() -> None:
             print(f"{v:15s} {gen / args.repeats:7.0f} {fw * per:9.1f} {rows * per:8.1f} "
                   f"{tf * per:8.1f} {acc:>7s}   {statistics.median(s):.3f} "
                   f"[{min(s):.3f}, {max(s):.3f}]")
+            rows_out[v] = {"tokens_per_run": round(gen / args.repeats, 1),
+                           "forwards_per_1k": round(fw * per, 1),
+                           "row_forwards_per_1k": round(rows * per, 1),
+                           "token_forwards_per_1k": round(tf * per, 1),
+                           "drafted": dr, "accepted": ac,
+                           "acceptance": round(ac / dr, 4) if dr else None,
+                           "seconds_median": round(statistics.median(s), 4),
+                           "seconds_min": round(min(s), 4), "seconds_max": round(max(s), 4)}
+    if args.json:
+        from pathlib import Path
+
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1) + "\n")
+        tmp.replace(path)  # atomic: a killed run leaves the previous file
+        print(f"\nwrote {path}")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _argv() -> list[str]:
+    import sys
+
+    return sys.argv[1:]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ artifacts/**/metrics/*.json, each stamped with its source file, content hash and
 that changed it), config.md (every params.yaml key from the typed configs: type, default, the
 shipped value, range where pipeline/ranges.py declares one, meaning from the field's comment),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
-it on) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
+it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
+(bench/engine.py's JSON in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
 README.md carries the same picture between its `generated:dag` markers).
 
 `figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric
@@ -258,6 +259,68 @@ def pipeline_page(root: Path) -> str:
         "", dag_mermaid(root), ""])
 
 
+def verdicts_page(root: Path) -> str:
+    """BENCHMARKS.md's verdict table (what each rollout-economy switch buys against plain PPO),
+    with the report's provenance lines: the page docs/ppo.md points at instead of typing one."""
+    src = root / "BENCHMARKS.md"
+    lines = ["# Verdicts of the rollout-economy benchmark", "",
+             f"<!-- written by `{COMMAND}` from BENCHMARKS.md: rerun it, never edit by hand -->", ""]
+    if not src.is_file():
+        return "\n".join([*lines, "BENCHMARKS.md is missing: run `make bench`.", ""])
+    text = src.read_text(encoding="utf-8")
+    prov = [ln for ln in text.splitlines()
+            if ln.startswith(("- commit:", "- command (this report):", "- date:"))][:3]
+    m = re.search(r"^### Verdicts.*?$(.*?)(?=^#{2,3} )", text, re.MULTILINE | re.DOTALL)
+    body = m.group(1).strip() if m else "BENCHMARKS.md has no verdict section: run `make bench`."
+    return "\n".join([*lines, *_stamp(root, src), *prov, "",
+                      ("Each arm against plain PPO at equal generated tokens, three seeds each "
+                       "(bootstrap interval); how to read it: [../benchmarks.md](../benchmarks.md)."),
+                      "", body, ""])
+
+
+ENGINE_COLUMNS = (("tokens_per_run", "tokens / run"), ("forwards_per_1k", "forwards"),
+                  ("row_forwards_per_1k", "row-forwards"),
+                  ("token_forwards_per_1k", "token-forwards"), ("acceptance", "acceptance"))
+
+
+def engine_bench_page(root: Path) -> str:
+    """bench/engine.py's JSON results (bench/data/engine_*.json): counted compute per 1,000
+    generated tokens of each rollout engine and drafter, then the interleaved seconds."""
+    lines = ["# Rollout engine benchmark", "",
+             f"<!-- written by `{COMMAND}` from bench/data/engine_*.json: rerun it -->", "",
+             ("Counts per 1,000 generated tokens (summed over the repeats): sequential policy "
+              "forwards, rows summed over them (what a finished row still costs under `hf`), token "
+              "positions pushed through the policy (prefill, decode, verification); acceptance = "
+              "accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
+              "[min, max] over the rounds; the load average at the start says what else ran. "
+              "What the engines are: [../engine.md](../engine.md)."), ""]
+    files = sorted((root / "bench" / "data").glob("engine_*.json"))
+    if not files:
+        return "\n".join([*lines, "No results yet: run bench/engine.py with --json.", ""])
+    for path in files:
+        r = json.loads(path.read_text(encoding="utf-8"))
+        smp = r.get("sampling", {})
+        lines += [f"## {path.stem}", "", *_stamp(root, path),
+                  f"- command: `{r.get('command')}`",
+                  f"- policy: `{r.get('policy')}`; prompts: `{r.get('prompts')}`",
+                  (f"- sampling: temperature {smp.get('temperature')}, top-p {smp.get('top_p')}, "
+                   f"{smp.get('max_new_tokens')} new tokens; draft_k {r.get('draft_k')}; "
+                   f"{r.get('repeats')} repeats"),
+                  (f"- machine: {r.get('machine')}, {r.get('cpus')} CPUs, torch {r.get('torch')}, "
+                   f"{r.get('threads')} thread(s), load average {r.get('load_1min_at_start')} at "
+                   "the start"), ""]
+        for batch, rows in r.get("batches", {}).items():
+            lines += [f"### batch {batch}", "",
+                      "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds |",
+                      "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1)]
+            for v, row in rows.items():
+                cells = ["–" if row.get(k) is None else _fmt(row[k]) for k, _ in ENGINE_COLUMNS]
+                lines.append(f"| {v} | " + " | ".join(cells) + f" | {_fmt(row['seconds_median'])} "
+                             f"[{_fmt(row['seconds_min'])}, {_fmt(row['seconds_max'])}] |")
+            lines.append("")
+    return "\n".join(lines)
+
+
 def pages(root: Path) -> dict[str, str]:
     """{path relative to root: content} of every generated page."""
     return {
@@ -272,6 +335,8 @@ def pages(root: Path) -> dict[str, str]:
         f"{OUT}/config.md": config_page(root),
         f"{OUT}/features.md": features_page(root),
         f"{OUT}/pipeline.md": pipeline_page(root),
+        f"{OUT}/verdicts.md": verdicts_page(root),
+        f"{OUT}/engine-bench.md": engine_bench_page(root),
     }
 
 

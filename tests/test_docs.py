@@ -60,7 +60,8 @@ def test_generated_pages_are_fresh(repo):
 
 def _copy_tree(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    for rel in ("README.md", "params.yaml", "dvc.yaml", "docs", "artifacts/metrics",
+    for rel in ("README.md", "BENCHMARKS.md", "bench/data", "params.yaml", "dvc.yaml", "docs",
+                "artifacts/metrics",
                 "profiles/realdata/artifacts/metrics"):
         src, dst = REPO / rel, root / rel
         if src.is_dir():
