@@ -26,8 +26,10 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 import types
+from pathlib import Path
 
 import torch
 from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
@@ -109,7 +111,7 @@ def main() -> None:
         model, tok = tiny_policy()
         make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
-    report = {"command": "bench/engine.py " + " ".join(_argv()),
+    report = {"command": "bench/engine.py " + " ".join(sys.argv[1:]),
               "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
               "prompts": args.prompts or ("synthetic" if args.policy else "random ids"),
               "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
@@ -160,8 +162,6 @@ def main() -> None:
                            "seconds_median": round(statistics.median(s), 4),
                            "seconds_min": round(min(s), 4), "seconds_max": round(max(s), 4)}
     if args.json:
-        from pathlib import Path
-
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -180,11 +180,6 @@ def _cpu_name() -> str:
         pass
     return platform.processor() or platform.machine()
 
-
-def _argv() -> list[str]:
-    import sys
-
-    return sys.argv[1:]
 
 
 if __name__ == "__main__":
