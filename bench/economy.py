@@ -273,7 +273,7 @@ def prepare(args, snapshot: bool = True) -> dict:
         "strong_reward": str(strong) if strong else None,
         "hashes": {**hashes, "held_out": content_hash(json.dumps(held))[:16]},
         "feature_hashes": feature_hashes,
-        "held_out": held, "base_config": asdict(base),
+        "held_out": held, "base_config": asdict(base), "budget_config": budget_config(base),
         # held-out prompt -> difficulty bucket (its own, else its cluster representative's)
         "held_out_buckets": ({} if args.quick else held_out_buckets(args.artifacts / "store",
                                                                    src.get("difficulty"), held)),
@@ -295,15 +295,19 @@ def _write_setup(args, base, src: dict, held: list, strong: Path | None) -> dict
     tokens = args.tokens or steps * base.batch_size * base.max_new_tokens
     features = {"pool_embeddings": a / "store" / "pool_embeddings", "routes": a / "store" / "routes",
                 "score_map": a / "models" / "rm_strong" / "score_map.json"}
+    # no `base_config` here: each arm stage reads the ppo keys its run takes from params.yaml
+    # itself (economy_dvc.arm_params), so a seed switch's default stales only the arms based on
+    # the seed, never plain PPO's; setup.json holds the budget's keys alone (SETUP_PPO_KEYS)
     setup = {
         "judge": judge_setup(args), "params": str(args.params), "quick": False, "dvc": True,
         "steps": steps, "token_budget": tokens, "points": args.points, "peer_group": PEER_GROUP,
+        "budget_config": budget_config(base),
         "paths": {**{k: str(v) for k, v in src.items()}, **{k: str(v) for k, v in
                                                             features.items() if v.exists()}},
         "strong_reward": str(strong) if strong else None,
         "hashes": {**{k: tree_hash(v) if v.is_dir() else content_hash(v.read_text())[:16]
                       for k, v in src.items()}, "held_out": content_hash(json.dumps(held))[:16]},
-        "feature_hashes": {}, "held_out": held, "base_config": asdict(base),
+        "feature_hashes": {}, "held_out": held,
         "held_out_buckets": held_out_buckets(a / "store", src.get("difficulty"), held),
         "eval": {"n_prompts": len(held), **asdict(sampling_of(base)), "seed": base.eval_seed},
     }
@@ -386,13 +390,37 @@ def judge_setup(args) -> dict:
     return {"spec": spec, "config": asdict(cfg), "model": model}
 
 
+# the ppo keys the setup itself reads (the budget, the held-out sampling): the rest each arm
+# stage reads on its own (economy_dvc.arm_params)
+SETUP_PPO_KEYS = ("total_steps", "batch_size", "max_new_tokens", "temperature", "top_p",
+                  "eval_seed")
+
+
+def budget_config(base) -> dict:
+    """The SETUP_PPO_KEYS of `base` (what the report's header and every arm share)."""
+    return {k: getattr(base, k) for k in SETUP_PPO_KEYS}
+
+
+def base_of(setup: dict, arm: Arm):
+    """The PPOConfig `arm` starts from, before arm_config: plain(ppo) for arms based on plain
+    PPO, the ppo section as it is for the seed's. From setup.json's `base_config` where it holds
+    one (the snapshot runs), else read from the params file (the DVC stages, whose params
+    declare exactly the keys this takes from it)."""
+    from rlhf.pipeline.config import load_section
+    from rlhf.pipeline.ppo.config import PPOConfig, plain
+
+    base = (PPOConfig(**setup["base_config"]) if "base_config" in setup
+            else load_section(Path(setup["params"]), "ppo"))
+    return plain(base) if arm.base == "plain" else base
+
+
 def spec_of(setup: dict, arm_name: str) -> dict:
     """What a saved result must share with the current setup to be reused."""
     if arm_name == "sft":
         return {"hashes": setup["hashes"], "eval": setup["eval"], "judge": judge_spec(setup)}
     spec = {"arm": asdict(ARMS[arm_name]), "steps": setup["steps"], "points": setup["points"],
             "token_budget": setup["token_budget"], "hashes": setup["hashes"],
-            "eval": setup["eval"], "base_config": setup["base_config"],
+            "eval": setup["eval"], "base_config": json.loads(json.dumps(asdict(base_of(setup, ARMS[arm_name])))),
             "judge": judge_spec(setup)}
     used = {k: v for k, v in setup.get("feature_hashes", {}).items()
             if reads(ARMS[arm_name], k)}
@@ -527,7 +555,7 @@ def gold_of_weights(weights: Path, setup: dict, scratch: Path) -> dict:
 
 def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
     """Train one arm x seed (or evaluate SFT), evaluate its checkpoints, save the result."""
-    from rlhf.pipeline.ppo.config import PPOConfig, features_on
+    from rlhf.pipeline.ppo.config import features_on
 
     if arm_name == "sft":
         t = time.perf_counter()
@@ -536,8 +564,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
                "spec": spec_of(setup, "sft")}
         return _save(out, "sft", None, res, setup)
     arm = ARMS[arm_name]
-    base = PPOConfig(**setup["base_config"])
-    cfg = arm_config(base, arm, seed, setup["steps"], setup["points"], setup["token_budget"])
+    cfg = arm_config(base_of(setup, arm), arm, seed, setup["steps"], setup["points"], setup["token_budget"])
     work = out / "work" / arm_name / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
     paths = setup["paths"]
@@ -686,9 +713,7 @@ def job_code(setup: dict, arm: str) -> list[str]:
 
     if arm == "sft":
         return sorted(economy_dvc.SHARED_CODE)
-    from rlhf.pipeline.ppo.config import PPOConfig
-
-    return economy_dvc.arm_code(arm, PPOConfig(**setup["base_config"]))
+    return economy_dvc.arm_code(arm, base_of(setup, ARMS[arm]))
 
 
 def _save(out: Path, arm: str, seed: int | None, res: dict, setup: dict | None = None) -> dict:

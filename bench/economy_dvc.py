@@ -172,18 +172,40 @@ def arm_artifacts(arm_name: str) -> list[str]:
     return sorted(set(COMMON_ARTIFACTS) | extra)
 
 
-def arm_params(arm_name: str, base_cfg) -> dict[str, list[str]]:
+def arm_params(arm_name: str, base_cfg, params: Path = REPO / "params.yaml") -> dict[str, list[str]]:
     """{params file (repository path): keys} an arm reads."""
     import economy
 
     arm = economy.ARMS[arm_name]
-    root = ["ppo", "judge"]
+    root = [*arm_ppo_keys(arm_name, params), "judge"]
     cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
     if arm.trainer == "ppo" and (cfg.human_labels_per_step or (
             cfg.rm_evolve_on and cfg.rm_label_source == "annotators")):
         root.append("preferences")  # the human queue's annotator pool
     return {"params.yaml": root,
             f"bench/{BENCH_PARAMS}": ["economy.steps", "economy.tokens", "economy.points"]}
+
+
+# the PPOConfig fields arm_config sets itself, whatever params.yaml says
+ARM_SET = ("seed", "total_steps", "checkpoint_every", "total_tokens")
+
+
+def arm_ppo_keys(arm_name: str, params: Path = REPO / "params.yaml") -> list[str]:
+    """The `ppo.<key>`s of params.yaml an arm's run takes its value from: every key of the
+    section but those arm_config sets, the arm's own overrides and, for an arm based on plain
+    PPO, the feature switches plain() resets. So changing a seed switch's default (or the
+    critic's, or the engine's) stales the seed-based arms alone, never plain PPO's."""
+    import economy
+    import yaml
+
+    from rlhf.pipeline.ppo.features.registry import plain_values
+
+    arm = economy.ARMS[arm_name]
+    section = yaml.safe_load(params.read_text()).get("ppo") or {}
+    fixed = set(ARM_SET) | set(arm.overrides)
+    if arm.base == "plain":
+        fixed |= set(plain_values())
+    return [f"ppo.{k}" for k in section if k not in fixed]
 
 
 def bench_params(path: Path = BENCH / BENCH_PARAMS) -> dict:
@@ -210,13 +232,14 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
     out: dict = {"setup": {
         "cmd": "python economy.py --dvc setup",
         "deps": [_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE)],
-        "params": [{"../params.yaml": ["ppo", "judge"]}, budget_keys],
+        "params": [{"../params.yaml": [*(f"ppo.{k}" for k in economy.SETUP_PPO_KEYS),
+                                       "judge"]}, budget_keys],
         "outs": [setup_json]}}
     out["sft"] = {"cmd": "python economy.py --dvc sft",
                   "deps": [setup_json, *(_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE))],
                   "outs": [f"{results}/sft.json"]}
     for name in economy.ARMS:
-        ps = arm_params(name, base)
+        ps = arm_params(name, base, params)
         out[f"arm_{name}"] = {
             "matrix": {"seed": list(bench_params()["seeds"])},
             "cmd": f"python economy.py --dvc {name} ${{item.seed}}",
@@ -233,7 +256,9 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
             "deps": [setup_json, f"{results}/sft.json",
                      *(f"{results}/{a}/seed{s}.json" for a in arms for s in bp["seeds"]),
                      *(_rel(p) for p in REPORT_CODE)],
-            "params": [{BENCH_PARAMS: ["economy.headline", "economy.seeds", "economy.timing"]}],
+            # the whole ppo section: every arm's spec (economy.spec_of) is read from it
+            "params": [{"../params.yaml": ["ppo"]},
+                       {BENCH_PARAMS: ["economy.headline", "economy.seeds", "economy.timing"]}],
             "outs": [{report: {"cache": False}},
                      {f"figures/{Path(report).stem.lower()}": {"cache": False}}]}
     return out

@@ -177,7 +177,7 @@ def write_report(setup: dict, out: Path, report: Path, arm_names: list[str], bas
             else "**DIRTY TREE** (these files differ from the commit: "
             + ", ".join(f"`{d}`" for d in dirty) + ")") + "; every result below ran this "
             "commit's code for its arm (others are listed at the end as stale, never merged)")
-    base = setup["base_config"]
+    base = setup.get("budget_config") or setup["base_config"]  # before budget_config: the whole
     e = setup["eval"]
     group = setup.get("peer_group", 4)
     lines.append(

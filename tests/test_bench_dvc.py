@@ -91,6 +91,58 @@ def test_artifacts_and_params_follow_the_inputs_an_arm_reads():
     assert reported == headline  # `make bench` runs the headline arms and nothing else
 
 
+def stale_after_changing(key: str) -> set[str]:
+    """The stages DVC reruns when params.yaml's `ppo.<key>` changes: those whose params name it
+    or the whole section (setup.json, which every arm reads, counts for every arm)."""
+    def reads(stage: str) -> bool:
+        ps = [k for entry in STAGES[stage].get("params", []) for k in entry.get("../params.yaml", [])]
+        return "ppo" in ps or f"ppo.{key}" in ps
+
+    if reads("setup"):
+        return set(economy.ARMS)
+    return {a for a in economy.ARMS if reads(f"arm_{a}")}
+
+
+def test_a_switch_default_stales_the_arms_that_take_it_from_params_yaml_alone():
+    from rlhf.pipeline.ppo.features.registry import plain_values
+
+    section = yaml.safe_load((REPO / "params.yaml").read_text())["ppo"]
+    switches = [k for k in plain_values() if k in section]
+    assert {"engine", "critic"} <= set(switches), "the shipped non-plain defaults are switches"
+    plain_based = {a for a, arm in economy.ARMS.items() if arm.base == "plain"}
+    for key in switches:
+        stale = stale_after_changing(key)
+        assert not stale & plain_based, (key, stale & plain_based)
+        # a seed-based arm reruns unless it pins the switch itself
+        assert stale == {a for a, arm in economy.ARMS.items()
+                         if arm.base != "plain" and key not in arm.overrides}, key
+    # the budget and the held-out sampling: every arm
+    for key in ("batch_size", "max_new_tokens", "temperature", "top_p", "eval_seed"):
+        assert stale_after_changing(key) == set(economy.ARMS), key
+    # a core key plain PPO takes from params.yaml: every arm but the ones that pin it
+    assert stale_after_changing("learning_rate") == {
+        a for a, arm in economy.ARMS.items() if "learning_rate" not in arm.overrides}
+
+
+def test_an_arm_runs_the_config_its_params_declare(tmp_path):
+    """What the arm trains with is plain(ppo) + its overrides: a switch outside its declared
+    params leaves its config (and its spec) unchanged."""
+    from dataclasses import asdict, replace
+
+    setup = {"params": str(REPO / "params.yaml")}
+    plain_arm, seed_arm = economy.ARMS["plain"], economy.ARMS["seed"]
+    flipped = tmp_path / "params.yaml"
+    doc = yaml.safe_load((REPO / "params.yaml").read_text())
+    doc["ppo"]["critic"] = "full" if doc["ppo"]["critic"] != "full" else "trunk"
+    flipped.write_text(yaml.safe_dump(doc))
+    other = {"params": str(flipped)}
+    assert asdict(economy.base_of(setup, plain_arm)) == asdict(economy.base_of(other, plain_arm))
+    assert asdict(economy.base_of(setup, seed_arm)) != asdict(economy.base_of(other, seed_arm))
+    # the snapshot runs' setup.json (with base_config) reads the same config
+    snap = {"base_config": asdict(BASE)}
+    assert economy.base_of(snap, seed_arm) == replace(BASE)
+
+
 # --------------------------------------------------------------------------- one commit
 def _git(repo, *args):
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
