@@ -233,6 +233,49 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
     return curves, samples
 
 
+# --------------------------------------------------------------------------- the critic
+VALUE_KEYS = ("value_explained_variance", "value_rmse")
+
+
+def value_windows(rows: list[dict], steps: list[int]) -> list[dict]:
+    """Per evaluated checkpoint step: the mean of each VALUE_KEYS over the run's steps since the
+    previous checkpoint (finite values only; None where a window has none) and how many steps
+    that window averaged. Pure: `rows` are metrics.jsonl lines."""
+    out, prev = [], 0
+    for s in sorted(steps):
+        window = [r for r in rows if prev < r.get("step", 0) <= s]
+        row: dict = {"step": s, "steps": len(window)}
+        for k in VALUE_KEYS:
+            xs = [float(r[k]) for r in window
+                  if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            row[k] = sum(xs) / len(xs) if xs else None
+        out.append(row)
+        prev = s
+    return out
+
+
+def value_quality(ppo_dir: str | Path, steps: list[int]) -> dict:
+    """The critic's value quality at each evaluated checkpoint (seed 000 §3.2 states its light
+    critic's cost as value RMSE): explained variance of V against the GAE returns and the RMSE,
+    as the trainer logged them per step (metrics.jsonl), averaged since the checkpoint before;
+    the critic the run trained (its last checkpoint's config). Empty when the run left no
+    metrics.jsonl."""
+    ppo_dir = Path(ppo_dir)
+    path = ppo_dir / "metrics.jsonl"
+    if not path.exists() or not steps:
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    critic = None
+    folders = [f for s, f in checkpoint_steps(ppo_dir) if s == max(steps)]
+    state = folders[0] / "trainer_state.json" if folders else None
+    if state is not None and state.exists():
+        cfg = json.loads(state.read_text()).get("config", {})
+        critic = cfg.get("critic")
+        if critic in ("trunk", "shared"):
+            critic += f" (critic_layers {cfg.get('critic_layers')})"
+    return {"critic": critic, "by_checkpoint": value_windows(rows, steps)}
+
+
 # --------------------------------------------------------------------------- outputs
 def write_curves(rows: list[dict], path: Path) -> None:
     with open(path, "w", newline="") as fh:
@@ -293,8 +336,24 @@ def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def _critic_lines(value: dict) -> list[str]:
+    """report.md's critic section (value_quality), or nothing when the run logged none."""
+    if not value.get("by_checkpoint"):
+        return []
+    f = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    return [
+        "## Critic", "",
+        (f"Critic: `{value.get('critic') or 'unknown'}`. Value quality as the trainer logged it "
+         "each step (metrics.jsonl): explained variance of V against the GAE returns (1: "
+         "perfect, 0: no better than the mean) and RMSE, each the mean over the steps since "
+         "the checkpoint before."), "",
+        "| step | steps averaged | value explained variance | value RMSE |", "|---|---|---|---|",
+        *(f"| {r['step']} | {r['steps']} | {f(r['value_explained_variance'])} | "
+          f"{f(r['value_rmse'])} |" for r in value["by_checkpoint"]), ""]
+
+
 def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path,
-                 judge_name: str = "world_gold") -> None:
+                 judge_name: str = "world_gold", value: dict | None = None) -> None:
     sft, last = rows[0], rows[-1]
     peak = max(rows, key=lambda r: r["gold_mean"])
     lines = [
@@ -323,6 +382,7 @@ def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path,
         (f"- Response length {sft['response_tokens_mean']:.1f} -> "
         f"{last['response_tokens_mean']:.1f} tokens; repetition rate "
         f"{sft['repetition_rate']:.3f} -> {last['repetition_rate']:.3f}."), "",
+        *_critic_lines(value or {}),
         "## Figures", "",
         "![gold and proxy reward against sqrt(KL)](gold_proxy_vs_kl.png)", "",
         "![metrics, SFT vs the last PPO checkpoint](metrics_sft_vs_ppo.png)", "",
@@ -354,9 +414,10 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
         fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
     plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png", judge.name)
     plot_bars(curves[0], curves[-1], out / "metrics_sft_vs_ppo.png")
-    write_report(curves, len(prompts), sampling, out / "report.md", judge.name)
+    value = value_quality(ppo_dir, [c["step"] for c in curves if c["step"] > 0])
+    write_report(curves, len(prompts), sampling, out / "report.md", judge.name, value)
     rnd = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[-1].items()}
     return {"judge": judge.name, "n_prompts": len(prompts), "n_policies": len(curves),
             "sft": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[0].items()},
             "final": rnd, "gold_gain": round(curves[-1]["gold_mean"] - curves[0]["gold_mean"], 4),
-            "sampling": sampling}
+            "sampling": sampling, **({"critic": value} if value else {})}

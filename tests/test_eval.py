@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import ppo_tiny
 import pytest
@@ -96,7 +97,13 @@ def _world(tmp_path):
         folder = ppo / "checkpoints" / f"step-{step:06d}"
         folder.mkdir(parents=True)
         torch.save(_perturbed(tok, scale, step).state_dict(), folder / "policy.pt")
+        (folder / "trainer_state.json").write_text(json.dumps(
+            {"step": step, "config": {"critic": "trunk", "critic_layers": 1}}))
     (ppo / "checkpoints" / "latest").write_text("step-000004")
+    # the trainer's per-step log: the value quality the eval report averages per checkpoint
+    (ppo / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": k, "value_explained_variance": 0.1 * k, "value_rmse": 1.0 / k}) + "\n"
+        for k in (1, 2, 3, 4)))
     return paths, ppo
 
 
@@ -147,10 +154,38 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
     assert json.loads(metrics.read_text())["eval"]["final"] == {
         k: m["final"][k] for k in ("step", "gold_mean", "win_rate", "sqrt_kl")}
     assert m["n_prompts"] == 10 and m["final"]["step"] == 4 and m["sft"]["step"] == 0
+    # the critic's value quality at each checkpoint: metrics.jsonl's steps since the one before
+    logged = [json.loads(line) for line in (ppo / "metrics.jsonl").read_text().splitlines()]
+    value = m["critic"]
+    assert value["critic"] == "trunk (critic_layers 1)"
+    assert [r["step"] for r in value["by_checkpoint"]] == [2, 4]
+    for r, window in zip(value["by_checkpoint"], ((1, 2), (3, 4))):
+        rows_w = [x for x in logged if x["step"] in window]
+        assert r["steps"] == 2
+        assert r["value_rmse"] == pytest.approx(
+            sum(x["value_rmse"] for x in rows_w) / 2, rel=1e-4)
+    assert "## Critic" in report and "value explained variance" in report
     # fixed seeds: a second run writes the same curves (dvc status stays clean)
     first = (out / "curves.csv").read_text()
     assert _invoke(args).exit_code == 0
     assert (out / "curves.csv").read_text() == first
+
+
+def test_value_windows_average_the_steps_since_the_checkpoint_before():
+    from rlhf.pipeline.checkpoint_eval import value_windows
+
+    rows = [{"step": 1, "value_explained_variance": 0.2, "value_rmse": 1.0},
+            {"step": 2, "value_explained_variance": float("nan"), "value_rmse": 3.0},
+            {"step": 3, "value_explained_variance": 0.6, "value_rmse": 0.5},
+            {"step": 4}]
+    got = value_windows(rows, [4, 2])
+    assert got == [{"step": 2, "steps": 2, "value_explained_variance": 0.2, "value_rmse": 2.0},
+                   {"step": 4, "steps": 2, "value_explained_variance": 0.6, "value_rmse": 0.5}]
+    from rlhf.pipeline.checkpoint_eval import value_quality
+
+    assert value_quality(Path("/nonexistent"), [2]) == {}  # a run that logged none: no section
+    assert value_windows(rows[:1], [5, 9])[1] == {
+        "step": 9, "steps": 0, "value_explained_variance": None, "value_rmse": None}
 
 
 def test_eval_checkpoint_selection_and_clean_errors(tmp_path):
