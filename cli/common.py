@@ -97,18 +97,18 @@ HEADLINES: dict[str, tuple[str, ...]] = {
               "sources.unique_questions", "demonstrations.n", "demonstrations.gold_mean"),
     "ingest": ("input_rows", "kept", "rejected", "invariant_holds", "external_pairs"),
     "dedup": ("input_prompts", "kept", "similar", "clusters", "dedup_ratio", "invariant_holds"),
-    "sft": ("train_loss", "eval_loss", "eval_perplexity", "gold_mean", "train_seconds"),
+    "sft": ("train_loss", "eval_loss", "eval_perplexity", "gold_mean"),
     "preferences": ("n_prompts", "n_pairs", "n_pairs_heldout", "annotator_gold_agreement",
                     "mean_gold_policy", "mean_gold_demonstration",
                     "n_pairs_train", "n_pairs_gold", "invariant_holds"),  # the last 3: human labels
     "reward": tuple(f"spearman_{rm}_vs_gold_onpolicy{w}" for rm in ("light", "strong")
                     for w in ("", "_within_prompt"))
     + ("hack_agreement_light", "hack_agreement_strong", "spearman_strong_vs_gold",
-       "spearman_light_vs_strong", "heldout_accuracy_mean", "speed_ratio", "seconds"),
+       "spearman_light_vs_strong", "heldout_accuracy_mean"),
     "difficulty": ("n_prompts", "mean_score", "bucket_counts", "corr_score_rm",
                    "sampler_full_coverage_share"),
     "route": ("n_held_out", "complexity.held_out_accuracy", "high_risk.held_out_accuracy",
-              "high_risk.held_out.recall", "us_per_prompt"),
+              "high_risk.held_out.recall"),
     "ppo": ("ppo.step", "ppo.reward_mean", "ppo.kl_div_mean", "rollouts", "escalated_rollouts",
             "heldout.sft.gold_mean", "heldout.ppo.gold_mean", "heldout.gold_gain"),
     "demos": ("n_demonstrations", "tokenizer_vocab"),
@@ -116,6 +116,43 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "eval": ("eval.n_prompts", "eval.sft.gold_mean", "eval.final.step", "eval.final.gold_mean",
              "eval.final.win_rate", "eval.final.sqrt_kl", "eval.gold_gain"),
 }
+
+
+# The wall-clock figures of each stage's report, as dotted paths: what one run took on one
+# machine, not a function of the stage's inputs. They stay in the dict the command prints, and
+# write_metrics moves them out of the metrics and the report into <report>.timings.json (ignored
+# by git, declared by no stage), so a rerun on unchanged inputs writes byte-identical versioned
+# files and dvc.lock and `git status` stay clean. Speed figures live in bench/ (bench/light_rm.py).
+TIMINGS: dict[str, tuple[str, ...]] = {
+    "sft": ("train_seconds",),
+    "reward": ("seconds", "phase_seconds", "light_seconds", "strong_seconds", "speed_ratio",
+               "light_train_seconds", "strong_train_seconds", "external.train_seconds"),
+    "route": ("us_per_prompt", "us_per_single_prompt_call"),
+}
+
+
+def split_timings(stage: str, report: dict) -> tuple[dict, dict]:
+    """(`report` without its `TIMINGS[stage]` figures, those figures nested as in the report);
+    `report` itself is left as it is."""
+    import copy
+
+    rest, timings = copy.deepcopy(report), {}
+    for key in TIMINGS.get(stage, ()):
+        *parents, leaf = key.split(".")
+        src, dst = rest, timings
+        for p in parents:
+            src = src.get(p) if isinstance(src, dict) else None
+            dst = dst.setdefault(p, {})
+        if isinstance(src, dict) and leaf in src:
+            dst[leaf] = src.pop(leaf)
+    return rest, _prune(timings)
+
+
+def timings_path(report_path: Path | None) -> Path | None:
+    """Where a stage's wall-clock figures go: beside its report, artifacts/reports/sft.json ->
+    artifacts/reports/sft.timings.json (a file no DVC stage declares); none without a report."""
+    return None if report_path is None else report_path.with_name(
+        f"{report_path.stem}.timings.json")
 
 
 def headline(stage: str, report: dict) -> dict:
@@ -166,11 +203,15 @@ def _jsonable(x: Any) -> Any:
 def write_metrics(stage: str, report: dict, metrics: Path | None, report_path: Path | None) -> None:
     """The one writer of every command's outputs for DVC: the headline figures to `metrics`
     (`dvc metrics show`), the whole report to `report_path`; each atomically, either optional.
-    An unwritable path is one error line."""
+    The report's wall-clock figures (`TIMINGS[stage]`) go to neither: they go to
+    `timings_path(...)`, which no one versions. An unwritable path is one error line."""
     from rlhf.store.io import write_text_atomic
 
-    full = _jsonable(report)
-    for path, data in ((metrics, headline(stage, full)), (report_path, full)):
+    full, timings = split_timings(stage, _jsonable(report))
+    outputs = [(metrics, headline(stage, full)), (report_path, full)]
+    if timings and (where := timings_path(report_path)) is not None:
+        outputs.append((where, timings))
+    for path, data in outputs:
         if path is None:
             continue
         try:

@@ -80,5 +80,44 @@ def test_write_metrics_splits_the_headline_from_the_report(tmp_path):
                                                   "final": {"step": 4, "win_rate": 0.5}}}
     full = json.loads(r.read_text())
     assert full["eval"]["sampling"] == {"seed": 0} and full["eval"]["final"]["at"] == "2026-01-05"
-    assert headline("reward", {"seconds": 3.0, "n_train_pairs": 9}) == {"seconds": 3.0}
+    assert headline("reward", {"heldout_accuracy_mean": 0.8, "n_train_pairs": 9}) == {
+        "heldout_accuracy_mean": 0.8}
     assert "spearman_light_vs_gold_onpolicy_within_prompt" in HEADLINES["reward"]
+
+
+def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_path):
+    """A stage's seconds and speeds (cli/common.TIMINGS) differ on every run: they go to
+    <report>.timings.json, and two runs that differ only in them write byte-identical metrics
+    and reports (what keeps dvc.lock and `git status` clean after `make run`)."""
+    import json
+
+    from rlhf.cli.common import HEADLINES, TIMINGS, write_metrics
+
+    def report(seconds: float) -> dict:
+        return {"heldout_accuracy_mean": 0.8, "seconds": seconds, "speed_ratio": seconds / 2,
+                "phase_seconds": {"strong_ensemble": seconds}, "n_train_pairs": 9,
+                "external": {"hh": {"accuracy": 0.6}, "train_seconds": seconds}}
+
+    files = {}
+    for name, secs in (("a", 455.1), ("b", 398.7)):
+        m, r = tmp_path / name / "metrics.json", tmp_path / name / "reward.json"
+        full = report(secs)
+        write_metrics("reward", full, m, r)
+        assert full["seconds"] == secs  # the caller's dict (what the command prints) keeps them
+        files[name] = (m.read_bytes(), r.read_bytes(),
+                       json.loads((tmp_path / name / "reward.timings.json").read_text()))
+    assert files["a"][:2] == files["b"][:2]
+    assert files["a"][2] == {"seconds": 455.1, "speed_ratio": 227.55,
+                             "phase_seconds": {"strong_ensemble": 455.1},
+                             "external": {"train_seconds": 455.1}}
+    assert json.loads(files["a"][1]) == {"heldout_accuracy_mean": 0.8, "n_train_pairs": 9,
+                                         "external": {"hh": {"accuracy": 0.6}}}
+    # a stage without wall-clock figures, or without a report path, writes no timings file
+    write_metrics("eval", {"eval": {"n_prompts": 3}}, None, tmp_path / "e" / "eval.json")
+    assert not (tmp_path / "e" / "eval.timings.json").exists()
+    write_metrics("sft", {"train_seconds": 3.0, "train_loss": 1.0}, tmp_path / "s.json", None)
+    assert json.loads((tmp_path / "s.json").read_text()) == {"train_loss": 1.0}
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["s.json"]
+    # no wall-clock figure is a headline: the headlines hold only what the inputs determine
+    for stage, keys in TIMINGS.items():
+        assert not set(HEADLINES[stage]) & set(keys), stage

@@ -82,6 +82,17 @@ def test_a_stage_that_writes_store_tables_depends_on_the_store_modules(stage):
         assert {"store/schemas.py", "store/io.py", "store/hashing.py"} <= deps, stage
 
 
+@pytest.mark.parametrize("dvc_file", ["dvc.yaml", "profiles/realdata/dvc.yaml"])
+def test_every_stage_depends_on_the_writer_of_its_metrics(dvc_file):
+    """cli/common.write_metrics decides what a stage's metrics and report hold (the headlines,
+    the precision, the wall-clock figures left out): a change to it must rerun the stage."""
+    stages = yaml.safe_load((REPO / dvc_file).read_text())["stages"]
+    prefix = "../../" if "/" in dvc_file else ""
+    missing = [name for name, st in stages.items() if "rlhf " in st["cmd"]
+               and f"{prefix}cli/common.py" not in _paths(st["deps"])]
+    assert missing == []
+
+
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_each_stage_writes_its_headline_metrics_and_its_report(stage):
     cmd = STAGES[stage]["cmd"]
