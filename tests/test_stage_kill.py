@@ -1,12 +1,14 @@
-"""SIGKILL at a random point of `rlhf ingest`, `rlhf dedup` and `rlhf reward`, then the same
-command again: after each kill nothing half-written is visible (every visible table or
-model folder, and the metrics file, equals an uninterrupted run's), and the rerun's outputs equal
-the uninterrupted run's, with no staging folder, journal or temporary file left behind.
+"""SIGKILL at a random point of `rlhf ingest`, `rlhf dedup`, `rlhf reward`, `rlhf preferences`
+and `rlhf difficulty`, then the same command again: after each kill nothing half-written is
+visible (every visible table or model folder, and the metrics file, equals an uninterrupted
+run's), and the rerun's outputs equal the uninterrupted run's, with no staging folder, journal or
+temporary file left behind.
 
 Real subprocesses of the `rlhf` console script, as in tests/test_ppo_resume.py. Each stage is
 killed three times (reward: twice) into the same output folder before the rerun: once a random
 moment after it began writing (its first hidden staging folder appeared), then at random moments
-of an uninterrupted run's duration; at least one kill must land while it writes. Inputs are tiny, so each test takes well under a minute.
+of an uninterrupted run's duration; at least one kill must land while it writes. Inputs are
+tiny, so each test takes well under a minute.
 """
 
 from __future__ import annotations
@@ -278,3 +280,117 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
     for name in ("rm_strong", "rm_light"):
         assert _files(again / "models" / name) == want[name], name
     _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json")
+
+
+# --- preferences (the tiny config of the reward test above, through the `rlhf` command) ----
+
+PREFERENCES_PARAMS = {"preferences": {
+    "k": 4, "max_new_tokens": 16, "heldout_fraction": 0.3,
+    "annotators": {"n_annotators": 3, "drift_per_day": 0.5, "noise_std": 0.0,
+                   "labels_per_day": 10}}}
+
+
+def _table_staged(root: Path, table: str) -> Callable[[], bool]:
+    """`started` for a stage that writes its one table at the end, in some ms (a shard or two,
+    each fsynced): true once the table's staging folder shows under `root / store`. The store
+    folder appears first (`staged_folders` makes it just before the writing), so from then on
+    this watches without sleeping, or `_kill`'s polling could miss the whole write."""
+    store = root / "store"
+
+    def staging() -> bool:
+        return any(".staging-" in p.name for p in store.iterdir())
+
+    def started() -> bool:
+        if not store.is_dir():
+            return False
+        deadline = time.monotonic() + 2.0
+        while not staging() and not (store / table).exists() and time.monotonic() < deadline:
+            pass
+        return True
+
+    return started
+
+
+def test_preferences_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
+    from tiny_world import trained_policy, write_pool
+
+    _, sft = trained_policy(tmp_path_factory)
+    pool = write_pool(tmp_path / "pool", n=160)
+    write_params(tmp_path / "params.yaml", **PREFERENCES_PARAMS)
+    # the simulated annotators and gold judge are the world's (the command has no test hook)
+    cmd = [_rlhf(), "preferences", "--pool", str(pool), "--policy", str(sft),
+           "--out", "store/preferences", "--params", str(tmp_path / "params.yaml"),
+           "--metrics", "metrics/preferences.json"]
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    ref.mkdir()
+    work.mkdir()
+    seconds = _run(cmd, ref)
+    assert len(read_table("preferences", ref / "store" / "preferences")) == 4 * json.loads(
+        (ref / "metrics" / "preferences.json").read_text())["n_prompts"] > 0
+
+    def visible() -> None:
+        if (work / "store" / "preferences").exists():
+            _same_table("preferences", work / "store" / "preferences",
+                        ref / "store" / "preferences")
+        if (work / "metrics" / "preferences.json").exists():
+            _metrics_equal(work / "metrics" / "preferences.json",
+                           ref / "metrics" / "preferences.json")
+
+    # the table (two shards) is written after all the sampling and annotating
+    _kill_then_rerun(cmd, seconds, work, _table_staged(work, "preferences"), visible, seed=20,
+                     first_delay=0.005)
+    _same_table("preferences", work / "store" / "preferences", ref / "store" / "preferences")
+    _metrics_equal(work / "metrics" / "preferences.json", ref / "metrics" / "preferences.json")
+
+
+# --- difficulty (the SFT policy above and a tiny seeded one-member RM) ----------------------
+
+DIFFICULTY_PARAMS = {"difficulty": {"max_new_tokens": 16}}
+
+
+def _tiny_scorer(folder: Path, tokenizer_from: Path) -> Path:
+    """A reward-stage scorer folder of one untrained (seeded) member: difficulty only needs
+    RM scores, not good ones, and training one would cost the reward stage's minute."""
+    import torch
+    from rlhf.pipeline.reward.scorer import save_scorer
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_from)
+    torch.manual_seed(0)
+    member = LlamaForSequenceClassification(LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, num_labels=1))
+    member.save_pretrained(folder / "member_0")
+    tok.save_pretrained(folder / "member_0")
+    save_scorer(folder, ["member_0"], [0.0], 1.0, "mean", 64)
+    return folder
+
+
+def test_difficulty_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
+    from tiny_world import trained_policy, write_pool
+
+    _, sft = trained_policy(tmp_path_factory)
+    pool = write_pool(tmp_path / "pool", n=160)
+    rm = _tiny_scorer(tmp_path / "rm", sft)
+    write_params(tmp_path / "params.yaml", **DIFFICULTY_PARAMS)
+    cmd = [_rlhf(), "difficulty", "--pool", str(pool), "--policy", str(sft),
+           "--reward-model", str(rm), "--out", "store/difficulty",
+           "--params", str(tmp_path / "params.yaml"), "--metrics", "metrics/difficulty.json"]
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    ref.mkdir()
+    work.mkdir()
+    seconds = _run(cmd, ref)
+    assert len(read_table("difficulty", ref / "store" / "difficulty")) == 160
+
+    def visible() -> None:
+        if (work / "store" / "difficulty").exists():
+            _same_table("difficulty", work / "store" / "difficulty", ref / "store" / "difficulty")
+        if (work / "metrics" / "difficulty.json").exists():
+            _metrics_equal(work / "metrics" / "difficulty.json",
+                           ref / "metrics" / "difficulty.json")
+
+    # one shard, written after the sampling and the scoring
+    _kill_then_rerun(cmd, seconds, work, _table_staged(work, "difficulty"), visible, seed=21,
+                     first_delay=0.005)
+    _same_table("difficulty", work / "store" / "difficulty", ref / "store" / "difficulty")
+    _metrics_equal(work / "metrics" / "difficulty.json", ref / "metrics" / "difficulty.json")
