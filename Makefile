@@ -11,6 +11,11 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# One torch thread per stage unless you say otherwise: a stage's outputs (weights, samples) are
+# byte-identical from run to run only at a fixed thread count, and the committed dvc.lock was
+# made with one, so `make run` on a clean clone of a machine like ours leaves `git status` clean
+# (docs/reliability.md). `make run RLHF_TORCH_THREADS=0` takes every core: faster, other bytes.
+export RLHF_TORCH_THREADS ?= 1
 
 .PHONY: run test test-fast setup lock lint clean bench bench-all
 
