@@ -118,16 +118,19 @@ HEADLINES: dict[str, tuple[str, ...]] = {
 }
 
 
-# The wall-clock figures of each stage's report, as dotted paths: what one run took on one
-# machine, not a function of the stage's inputs. They stay in the dict the command prints, and
-# write_metrics moves them out of the metrics and the report into <report>.timings.json (ignored
-# by git, declared by no stage), so a rerun on unchanged inputs writes byte-identical versioned
-# files and dvc.lock and `git status` stay clean. Speed figures live in bench/ (bench/light_rm.py).
+# What one run of a stage took rather than what it made, as dotted paths into its report: the
+# wall-clock figures, and for dedup how many texts it embedded against found in the embedding
+# cache (a rerun in a checkout with a warm cache finds them all). None is a function of the
+# stage's inputs. They stay in the dict the command prints, and write_metrics moves them out of
+# the metrics and the report into <report>.timings.json (ignored by git, declared by no stage),
+# so a rerun on unchanged inputs writes byte-identical versioned files and dvc.lock and
+# `git status` stay clean. Speed figures live in bench/ (bench/light_rm.py).
 TIMINGS: dict[str, tuple[str, ...]] = {
     "sft": ("train_seconds",),
     "reward": ("seconds", "phase_seconds", "light_seconds", "strong_seconds", "speed_ratio",
                "light_train_seconds", "strong_train_seconds", "external.train_seconds"),
     "route": ("us_per_prompt", "us_per_single_prompt_call"),
+    "dedup": ("embedded_new", "embedded_cached"),
 }
 
 

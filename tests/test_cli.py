@@ -118,6 +118,12 @@ def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_pa
     write_metrics("sft", {"train_seconds": 3.0, "train_loss": 1.0}, tmp_path / "s.json", None)
     assert json.loads((tmp_path / "s.json").read_text()) == {"train_loss": 1.0}
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["s.json"]
+    # the embedding cache's hits say what a run found, not what it made
+    write_metrics("dedup", {"kept": 5, "embedded_new": 0, "embedded_cached": 9}, None,
+                  tmp_path / "d" / "dedup.json")
+    assert json.loads((tmp_path / "d" / "dedup.json").read_text()) == {"kept": 5}
+    assert json.loads((tmp_path / "d" / "dedup.timings.json").read_text()) == {
+        "embedded_new": 0, "embedded_cached": 9}
     # no wall-clock figure is a headline: the headlines hold only what the inputs determine
     for stage, keys in TIMINGS.items():
         assert not set(HEADLINES[stage]) & set(keys), stage
