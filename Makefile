@@ -42,12 +42,18 @@ run: setup
 	@echo "plots: artifacts/eval/gold_proxy_vs_kl.png, artifacts/eval/metrics_sft_vs_ppo.png;" \
 	      "all of them: dvc plots show (dvc_plots/index.html); headline figures: dvc metrics show"
 
+# Two pytest workers (pytest-xdist), a test file per worker at a time (its module fixtures
+# trained once): each test's stages run at one torch thread, so one worker per core keeps both
+# busy. `make test TEST_JOBS=0` runs in one process.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The edit-test loop: everything but the tests marked `slow` (the tiny trainings).
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The rollout-economy benchmark (bench/dvc.yaml, docs/benchmarks.md), on `make run`'s artifacts:
 # `bench` the headline arms x 3 seeds -> BENCHMARKS.md; `bench-all` every arm (and

@@ -75,8 +75,9 @@ FEATURE_MODULES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("stratified",): ("pipeline/difficulty.py",),
 }
 # modules a feature names that plain PPO's loop runs as well: every ppo arm depends on them
+# (update.py: the Learner every PPO step runs, though the schedule features name it too)
 SHARED_PPO = ("pipeline/ppo/schedules.py", "pipeline/ppo/diagnostics.py",
-              "pipeline/ppo/critic.py", "pipeline/ppo/generate.py")
+              "pipeline/ppo/critic.py", "pipeline/ppo/generate.py", "pipeline/ppo/update.py")
 REPORT_CODE = ("bench/economy.py", "bench/economy_report.py", "bench/economy_stats.py",
                "bench/economy_sample.py", "bench/economy_schedule.py", "bench/economy_tiers.py")
 

@@ -55,6 +55,27 @@ def test_touching_a_feature_module_makes_exactly_the_arms_that_switch_it_on_stal
         assert stale_after_touching(module) == users, module
 
 
+def test_plain_ppo_depends_on_every_trainer_module_its_loop_imports():
+    """A module the trainer's loop imports at the top runs in every PPO step, so plain PPO's
+    stage must name it, even where a feature names it too (update.py: the schedules')."""
+    import ast
+
+    plain = deps("plain")
+    loop = [p for p in (REPO / "pipeline" / "ppo").glob("*.py")]
+    imported = set()
+    for path in loop:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "rlhf.pipeline.ppo") and ".features" not in node.module:
+                names = [node.module] if node.module != "rlhf.pipeline.ppo" else [
+                    f"rlhf.pipeline.ppo.{a.name}" for a in node.names]
+                imported |= {n.removeprefix("rlhf.").replace(".", "/") + ".py" for n in names}
+    imported = {m for m in imported if (REPO / m).is_file()}
+    assert "pipeline/ppo/update.py" in imported
+    missing = {m for m in imported if economy_dvc._rel(m) not in plain}
+    assert not missing, f"plain PPO's stage misses what its loop imports: {sorted(missing)}"
+
+
 def test_the_arms_a_change_reruns_by_name():
     by_name = {p.rsplit("/", 1)[-1]: p for p in economy_dvc.feature_modules()}
     prune = {"pruning", "resampling", "pruning_resampling", "pruning_literal",

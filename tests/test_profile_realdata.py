@@ -127,9 +127,17 @@ def test_realdata_profile_repro_end_to_end(tmp_path):
                                    "reward", "difficulty", "route", "ppo", "eval"}
     art = profile / "artifacts"
     # every stage's report (artifacts/reports/, the details) and its headline metrics file
-    metrics = {p.stem: json.loads(p.read_text()) for p in (art / "reports").glob("*.json")}
+    reports = sorted((art / "reports").glob("*.json"))
+    metrics = {p.stem: json.loads(p.read_text()) for p in reports
+               if not p.name.endswith(".timings.json")}
     headlines = {p.stem for p in (art / "metrics").glob("*.json")}
     assert headlines == set(metrics) == set(lock["stages"])
+    # the wall-clock figures lie beside the reports, one per timed stage, declared by no stage
+    timings = {p.name.removesuffix(".timings.json") for p in reports
+               if p.name.endswith(".timings.json")}
+    assert timings and timings <= set(lock["stages"])
+    declared = {o["path"] for st in lock["stages"].values() for o in st.get("outs", [])}
+    assert declared and not any(".timings." in o for o in declared)
 
     # the verdicts come from the held-out gold RM and say so
     judge = "heldout_gold_rm:artifacts/models/judge"
