@@ -32,8 +32,13 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -c "import torch, trl, rlhf.store, rlhf.pipeline, rlhf.cli"
 	touch $@
 
+# SOURCE_DATE_EPOCH (reproducible-builds.org): the PPO store rows are stamped with this fixed
+# time plus their step rather than the time of the run, so a rerun writes the committed bytes
+# (pipeline/ppo/wallclock.py; `make run SOURCE_DATE_EPOCH=` stamps the real time).
+SOURCE_DATE_EPOCH ?= 1767225600
+
 run: setup
-	$(BIN)/dvc repro
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(BIN)/dvc repro
 	@# the root pipeline only: a bare `dvc status` also lists the realdata profile's stages,
 	@# which `make run` does not build (profiles/realdata/dvc.yaml)
 	$(BIN)/dvc status dvc.yaml

@@ -86,9 +86,12 @@ def ours(cfg, world: dict, out: Path) -> list[dict]:
     run(cfg, world["policy"], world["rm"], world["prompts"], out, out / "rollouts",
         progress=False)
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{"update_s": m["seconds_update"],
-             "step_s": sum(v for k, v in m.items() if k.startswith("seconds_")
-                           and k != "seconds_cum"),
+    # the wall-clock figures are in timings.jsonl (pipeline/ppo/wallclock.py), step by step
+    seconds = {t["step"]: t for t in map(json.loads,
+                                         (out / "timings.jsonl").read_text().splitlines())}
+    return [{"update_s": seconds[m["step"]]["seconds_update"],
+             "step_s": sum(v for k, v in seconds[m["step"]].items()
+                           if k.startswith("seconds_") and k != "seconds_cum"),
              "response_len": m["response_len_mean"]} for m in rows]
 
 

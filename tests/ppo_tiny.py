@@ -115,6 +115,10 @@ PARAMS = {
     "lambda_eps_table_on": True, "adaptive_clip_on": True, "kl_warmup_on": True,
     "kl_warmup_steps": 3, "collapse_detector_on": True, "gradnorm_reference_steps": 2,
     "attn_implementation": "eager",
+    # the wall-clock fallback off in practice: runs that tests compare step for step must not
+    # depend on the machine's load (two pytest workers and a torchrun share 2 cores); the tests
+    # of the fallback set their own timeout
+    "generation_timeout_s": 600.0,
 }
 
 

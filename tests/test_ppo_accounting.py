@@ -1,5 +1,7 @@
 """The step bill (pipeline/ppo/accounting.py): counters, phases, merging processes, totals."""
 
+import json
+
 import pytest
 
 from rlhf.pipeline.ppo.accounting import PHASES, StepCost, Totals, rm_tokens
@@ -28,8 +30,14 @@ def test_counts_phases_and_totals_round_trip():
     t.add(m)
     u = Totals()
     u.load_state_dict(t.state_dict())
+    # the checkpoint state holds the counts; the seconds travel apart (wallclock.py)
+    assert "seconds" not in json.dumps(t.state_dict()) and u.seconds == 0.0
+    u.seconds = t.seconds
     assert u.as_metrics() == t.as_metrics()
     assert u.as_metrics()["tokens_generated_cum"] == 84
+    old = Totals()  # a checkpoint written before the split kept them in its state
+    old.load_state_dict({**t.state_dict(), "seconds": t.seconds})
+    assert old.as_metrics() == t.as_metrics()
 
 
 def test_rm_tokens_uses_the_scorers_tokenizer_and_truncation():

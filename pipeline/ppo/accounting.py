@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 PHASES = ("generate", "score", "logprobs", "critic", "update", "records")
 
@@ -144,12 +144,14 @@ class Totals:
         return out
 
     def state_dict(self) -> dict:
-        return asdict(self)
+        """The counts (the checkpoint's trainer_state.json); the seconds are a wall-clock
+        figure and travel apart, in the checkpoint's timings.json (wallclock.py)."""
+        return {"sums": dict(self.sums)}
 
     def load_state_dict(self, state: dict) -> None:
         self.sums = {k: int(state["sums"].get(k, 0)) for k in COUNTERS}
         self.sums.update({k: int(v) for k, v in state["sums"].items() if k not in COUNTERS})
-        self.seconds = float(state["seconds"])
+        self.seconds = float(state.get("seconds", 0.0))  # older checkpoints kept them here
 
 
 def rm_tokens(scorer, prompts: list[str], responses: list[str]) -> int:

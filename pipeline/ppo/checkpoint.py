@@ -49,6 +49,8 @@ def save(t, step: int) -> Path:
         torch.save({**optim, "sched_policy": e.policy.scheduler.state_dict(),
                     "sched_critic": e.critic.scheduler.state_dict()}, tmp / "optim.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state(t, step)))
+        # the run's seconds so far: a wall-clock figure, kept out of the output hash (.dvcignore)
+        (tmp / "timings.json").write_text(json.dumps({"seconds": t.totals.seconds}))
     acc.wait_for_everyone()
     if acc.is_main_process:
         shutil.rmtree(final, ignore_errors=True)
@@ -86,6 +88,8 @@ def load(t) -> int:
     t.collapse.load_state_dict(state["collapse"])
     t.gradmon.load_state_dict(state["gradmon"])
     t.totals.load_state_dict(state["totals"])
+    if (ckpt / "timings.json").exists():  # absent when a checkout restored the run from DVC
+        t.totals.seconds = float(json.loads((ckpt / "timings.json").read_text())["seconds"])
     t.hooks.load_state_dict(state.get("hooks", {}))
     rng = torch.load(ckpt / f"rng-rank{t.dist.rank}.pt", weights_only=False)
     random.setstate(rng["python"])

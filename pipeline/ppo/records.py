@@ -1,6 +1,7 @@
-"""What a PPO run leaves behind, step by step: metrics.jsonl (every metric), metrics.csv (the six
-seed 000 §4.4 metrics every `csv_every` steps), TensorBoard, events.jsonl, and the store rows
-(`rollouts`, `rm_scores`, `train_metrics`, `checkpoints`) through store/rollouts.py's writer.
+"""What a PPO run leaves behind, step by step: metrics.jsonl (every metric but the wall-clock
+ones, which go to timings.jsonl: wallclock.py), metrics.csv (the six seed 000 §4.4 metrics every
+`csv_every` steps), TensorBoard, events.jsonl, and the store rows (`rollouts`, `rm_scores`,
+`train_metrics`, `checkpoints`) through store/rollouts.py's writer.
 
 Only the main process writes; rows of every process are gathered first. A resumed run trims what
 a killed run wrote after its last checkpoint (`truncate`), so no step is ever recorded twice.
@@ -15,9 +16,9 @@ import json
 import math
 import shutil
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
+from rlhf.pipeline.ppo import wallclock
 from rlhf.pipeline.ppo.diagnostics import SUGGESTION_TEXT
 from rlhf.pipeline.ppo.scoring import scorer_identity
 from rlhf.store.hashing import content_hash
@@ -74,7 +75,8 @@ class Recorder:
         """A fresh start: nothing of an earlier run under this run id survives."""
         if not self.main:
             return
-        for name in ("metrics.jsonl", "metrics.csv", "events.jsonl", "summary.json"):
+        for name in ("metrics.jsonl", "timings.jsonl", "metrics.csv", "events.jsonl",
+                     "summary.json"):
             (self.paths.out / name).unlink(missing_ok=True)
         shutil.rmtree(self.paths.out / "tensorboard", ignore_errors=True)
         shutil.rmtree(self.paths.checkpoints, ignore_errors=True)
@@ -87,6 +89,7 @@ class Recorder:
         """Remove the log lines a killed run wrote after checkpoint `step` (they are redone);
         its store rows are trimmed by the writers (resume_after) and partial shards removed."""
         for name, keep in (("metrics.jsonl", lambda m: m["step"] <= step),
+                           ("timings.jsonl", lambda m: m["step"] <= step),
                            ("events.jsonl", lambda m: m.get("step", 0) <= step)):
             path = self.paths.out / name
             if path.exists():
@@ -143,8 +146,10 @@ class Recorder:
                 if k != "step" and isinstance(v, float) and math.isfinite(v):
                     self.writer.add_scalar(f"ppo/{k}", v, step)
             self.writer.flush()
-            with open(self.paths.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(m, sort_keys=True) + "\n")
+            kept, timings = wallclock.split(m)
+            for name, line in (("metrics.jsonl", kept), ("timings.jsonl", timings)):
+                with open(self.paths.out / name, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(line, sort_keys=True) + "\n")
             if step % self.cfg.csv_every == 0:
                 self._csv_line(m)
                 if "train_metrics" in self.tables:
@@ -177,7 +182,8 @@ class Recorder:
         return {"run_id": self.paths.run_id, "step": m["step"],
                 **{col: value(key) for key, col in SIX_METRICS.items()},
                 **{f"{k}_cum": m[f"{k}_cum"] for k in COST_COLUMNS},
-                "seconds_cum": m["seconds_cum"], "logged_at": datetime.now(UTC)}
+                "seconds_cum": wallclock.measured(m["seconds_cum"]),
+                "logged_at": wallclock.stamp(m["step"])}
 
     def _csv_line(self, m: dict) -> None:
         path = self.paths.out / "metrics.csv"
@@ -216,7 +222,7 @@ class Recorder:
         return rows["rollouts"]
 
     def rollout_rows(self, step: int, r) -> list[dict]:
-        now = datetime.now(UTC)
+        now = wallclock.stamp(step)
         kl_seq = r.kl.sum(1).tolist()
         debug = self.cfg.debug_rollouts
         light, strong = self.names[0][0], self.names[1][0] if self.names[1] else None
@@ -251,7 +257,7 @@ class Recorder:
         none) and, for an escalated one, also the strong RM's. `escalated` marks both rows of an
         escalated rollout; `queued`: the score's confidence is below its RM's gate, so the sample
         belongs in that RM's fine-tune queue (seed 000 §3.4)."""
-        now = datetime.now(UTC)
+        now = wallclock.stamp(step)
         light, strong = self.names
         rows = []
         if "rm_version" in r.extras:  # RM evolution: the version that scored this batch
@@ -284,7 +290,7 @@ class Recorder:
         row = {"checkpoint_id": self.paths.checkpoint_id(step), "run_id": self.paths.run_id,
                "step": step, "parent_id": parent, "data_version": data_version,
                "params_hash": content_hash(json.dumps(asdict(self.cfg), sort_keys=True)),
-               "path": str(folder), "created_at": datetime.now(UTC)}
+               "path": str(folder), "created_at": wallclock.stamp(step)}
         write_shard("checkpoints", [row], path)
 
     def trim_checkpoint_rows(self, step: int) -> None:

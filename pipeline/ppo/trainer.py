@@ -43,7 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
-from rlhf.pipeline.ppo import checkpoint, engines
+from rlhf.pipeline.ppo import checkpoint, engines, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
 from rlhf.pipeline.ppo.critic import build_critic
@@ -330,9 +330,11 @@ class PPOTrainer:
             policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
             torch.save(critic_weights, self.paths.out / "critic.pt")
+            # the wall-clock figures are in timings.jsonl (wallclock.py), not in the summary
             summary = {"run_id": self.paths.run_id, "steps": last.get("step", 0),
-                       "world_size": self.world, "engines": self.engines.described, "final": last,
-                       "cost": self.totals.as_metrics()}
+                       "world_size": self.world, "engines": self.engines.described,
+                       "final": wallclock.split(last)[0],
+                       "cost": wallclock.split(self.totals.as_metrics())[0]}
             (self.paths.out / "summary.json").write_text(json.dumps(summary, indent=1))
         self.acc.wait_for_everyone()
         return last
