@@ -118,6 +118,9 @@ ok = (e["sharding"] == "zero3" and e["zero_stage"] == 3 and e["offload_param"] =
       and e["engines"]["ref"].startswith("deepspeed"))
 print(f"4. ZeRO-3: {'ok' if ok else 'FAIL'}, {json.dumps(e)}")
 steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+# the wall-clock figures live beside the metrics, keyed by step (pipeline/ppo/wallclock.py)
+timings = {t["step"]: t for t in map(json.loads, (run / "timings.jsonl").read_text().splitlines())}
+steps = [{**m, **timings.get(m["step"], {})} for m in steps]
 phases = ("generate", "score", "logprobs", "critic", "update", "records")
 print(f"5. PPO: {'ok' if len(steps) == 3 else 'FAIL'}, {len(steps)} steps")
 print("   step " + " ".join(f"{p:>17}" for p in phases))
