@@ -398,6 +398,7 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
     `judge`: a pipeline/judges.Judge (None: the world's gold judge)."""
     from rlhf.pipeline.judges import WorldGoldJudge
     from rlhf.pipeline.policy import quiet_hf
+    from rlhf.store.io import staged_folders
 
     judge = judge if judge is not None else WorldGoldJudge()
 
@@ -406,16 +407,20 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
     prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
     curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,
                                temperature, top_p, progress, judge)
-    out.mkdir(parents=True, exist_ok=True)
     sampling = {"temperature": temperature, "top_p": top_p,
                 "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed}
-    write_curves(curves, out / "curves.csv")
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
-    plot_overoptimisation(curves, out / "gold_proxy_vs_kl.png", judge.name)
-    plot_bars(curves[0], curves[-1], out / "metrics_sft_vs_ppo.png")
     value = value_quality(ppo_dir, [c["step"] for c in curves if c["step"] > 0])
-    write_report(curves, len(prompts), sampling, out / "report.md", judge.name, value)
+    # the whole folder is written into a hidden staging sibling and swapped in at the end: a
+    # kill leaves the previous evaluation (or none), never a report beside another run's curves
+    with staged_folders([out]) as staging:
+        tmp = staging[out]
+        tmp.mkdir(parents=True, exist_ok=True)
+        write_curves(curves, tmp / "curves.csv")
+        with open(tmp / "samples.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(s, ensure_ascii=False) + "\n" for s in samples)
+        plot_overoptimisation(curves, tmp / "gold_proxy_vs_kl.png", judge.name)
+        plot_bars(curves[0], curves[-1], tmp / "metrics_sft_vs_ppo.png")
+        write_report(curves, len(prompts), sampling, tmp / "report.md", judge.name, value)
     rnd = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[-1].items()}
     return {"judge": judge.name, "n_prompts": len(prompts), "n_policies": len(curves),
             "sft": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in curves[0].items()},

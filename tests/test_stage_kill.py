@@ -394,3 +394,45 @@ def test_difficulty_killed_at_random_points_then_rerun(tmp_path_factory, tmp_pat
                      first_delay=0.005)
     _same_table("difficulty", work / "store" / "difficulty", ref / "store" / "difficulty")
     _metrics_equal(work / "metrics" / "difficulty.json", ref / "metrics" / "difficulty.json")
+
+
+# --- eval ------------------------------------------------------------------------------------
+
+EVAL_FILES = ("curves.csv", "samples.jsonl", "report.md", "gold_proxy_vs_kl.png",
+              "metrics_sft_vs_ppo.png")
+
+
+def test_eval_killed_at_random_points_then_rerun(tmp_path):
+    from test_eval import _params, _world
+
+    paths, ppo = _world(tmp_path / "inputs")
+    params = _params(tmp_path / "inputs")
+    cmd = [_rlhf(), "eval", "--sft", str(paths["policy"]), "--ppo", str(ppo),
+           "--light-rm", str(paths["reward"]), "--strong-rm", str(paths["reward"]),
+           "--prompts", str(paths["prompts"]), "--out", "eval/run", "--params", str(params),
+           "--metrics", "metrics/eval.json"]
+    ref, work = tmp_path / "ref", tmp_path / "work"
+    ref.mkdir()
+    work.mkdir()
+    seconds = _run(cmd, ref)
+    assert sorted(p.name for p in (ref / "eval" / "run").iterdir()) == sorted(EVAL_FILES)
+
+    def same_folder() -> None:
+        got = work / "eval" / "run"
+        if got.exists():  # whole, and the uninterrupted run's bytes (plots included)
+            assert sorted(p.name for p in got.iterdir()) == sorted(EVAL_FILES)
+            for name in EVAL_FILES:
+                assert (got / name).read_bytes() == (ref / "eval" / "run" / name).read_bytes(), \
+                    name
+        if (work / "metrics" / "eval.json").exists():
+            _metrics_equal(work / "metrics" / "eval.json", ref / "metrics" / "eval.json")
+
+    def staged() -> bool:
+        folder = work / "eval"
+        return folder.exists() and any(".staging-" in p.name for p in folder.iterdir())
+
+    # the folder is written after every policy is sampled and judged: the first kill lands
+    # some ms after its staging sibling appears, the others anywhere in the run
+    _kill_then_rerun(cmd, seconds, work, staged, same_folder, seed=31, first_delay=0.01)
+    same_folder()
+    assert (work / "eval" / "run").exists() and (work / "metrics" / "eval.json").exists()
