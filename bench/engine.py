@@ -11,6 +11,10 @@ seconds (variants interleaved, `--repeats` rounds, median and min-max).
 `--prompts` (a store root): the batches are the first held-out prompts of its pool (as the ppo
 and eval stages render them); without it, a saved policy gets synthetic prompts. `--json`: the
 figures as JSON, which `python docs/generate.py` renders as docs/generated/engine-bench.md.
+`--device cuda --dtype bfloat16`: the policy and the batches on a GPU, in bf16
+(bench/gpu_device.sh); the seconds then wait for the GPU (synchronized), and the JSON also holds
+the device, the dtype and each batch's peak GPU memory. The defaults (cpu, the dtype the policy
+was built or saved in) keep the CPU runs as they were.
 
 Counts: `forwards` = sequential policy forwards; `row_fwd` = rows summed over those forwards
 (what a finished row still costs under hf); `tok_fwd` = token positions pushed through the
@@ -36,6 +40,7 @@ from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
 from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
 
 VARIANTS = ("hf", "native", "native+lookup", "native+reuse")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def tiny_policy(vocab: int = 256, eos: int = 2, stop_bias: float = 2.5, seed: int = 0):
@@ -89,6 +94,9 @@ def main() -> None:
     ap.add_argument("--prompts", default=None,
                     help="a store root: batches of its held-out prompts (needs --policy)")
     ap.add_argument("--json", default=None, help="also write the figures here as JSON")
+    ap.add_argument("--device", default="cpu", help="torch device of the policy and batches")
+    ap.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                    help="cast the policy to this dtype (default: as built or saved)")
     args = ap.parse_args()
     if args.prompts and not args.policy:
         ap.error("--prompts needs --policy (the tiny random Llama has no tokenizer)")
@@ -110,6 +118,12 @@ def main() -> None:
     else:
         model, tok = tiny_policy()
         make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
+    dev = torch.device(args.device)
+    on_gpu = dev.type == "cuda"
+    if args.dtype:
+        model = model.to(DTYPES[args.dtype])
+    if dev.type != "cpu":
+        model = model.to(dev)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
     report = {"command": "bench/engine.py " + " ".join(sys.argv[1:]),
               "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
@@ -119,11 +133,20 @@ def main() -> None:
               "sampling": {"temperature": args.temperature, "top_p": args.top_p,
                            "max_new_tokens": args.max_new_tokens}, "draft_k": args.draft_k,
               "batches": {}}
+    if dev.type != "cpu" or args.dtype:  # CPU runs' JSON stays as it was
+        report.update({"device": str(dev), "dtype": str(next(model.parameters()).dtype),
+                       "gpu": torch.cuda.get_device_name(dev) if on_gpu else None})
     print(f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens} "
           f"T={args.temperature} top_p={args.top_p} draft_k={args.draft_k} "
-          f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}")
+          f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}"
+          + (f" device={dev} dtype={next(model.parameters()).dtype}"
+             if dev.type != "cpu" or args.dtype else ""))
     for B in args.batches:
         enc = make(B, B)
+        if dev.type != "cpu":
+            enc = {k: v.to(dev) for k, v in enc.items()}
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(dev)
         torch.manual_seed(0)  # the reuse drafter's old responses: one earlier native sample
         prev = get_generator("native").generate(model, tok, enc, sampling)
         old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
@@ -136,6 +159,8 @@ def main() -> None:
                 torch.manual_seed(100 + rep)
                 t = time.perf_counter()
                 made = run(v, model, tok, enc, sampling, args.draft_k, old)
+                if on_gpu:
+                    torch.cuda.synchronize(dev)  # the GPU's queued work counts in the seconds
                 secs[v].append(time.perf_counter() - t)
                 gen = sum(len(cut_at_eos(g, tok.eos_token_id, tok.pad_token_id))
                           for g in made.tokens.tolist())
@@ -145,6 +170,10 @@ def main() -> None:
         print(f"{'variant':15s} {'tokens':>7s} {'forwards':>9s} {'row_fwd':>8s} {'tok_fwd':>8s} "
               f"{'accept':>7s}   seconds median [min, max] (shared machine)")
         rows_out = report["batches"][str(B)] = {}
+        if on_gpu:
+            peak = torch.cuda.max_memory_allocated(dev) / 2**30
+            report.setdefault("gpu_peak_gib", {})[str(B)] = round(peak, 3)
+            print(f"(peak GPU memory over the batch's runs: {peak:.3f} GiB)")
         for v in VARIANTS:
             gen, fw, rows, tf, dr, ac = (sum(c[i] for c in counts[v]) for i in range(6))
             per = 1000 / max(gen, 1)
