@@ -344,7 +344,8 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
             print(f"fitting the strong-to-light score map on {len(prompts)} x {rcfg.onpolicy_k} "
                   "SFT samples", flush=True)
             data = onpolicy_set(policy, tok, prompts, rcfg.onpolicy_k, smp.temperature,
-                                smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size)
+                                smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size,
+                                engine=rcfg.engine)
             s = load_scorer(strong)(data.prompts, data.responses)[0].tolist()
             li = load_scorer(inputs / "rm_light")(data.prompts, data.responses)[0].tolist()
             smap = ScoreMap.fit(s, li)

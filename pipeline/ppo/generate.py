@@ -77,7 +77,8 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
             else:
                 made = engine.generate(model, tok, enc, sampling_of(cfg),
                                        logits_processors=processors, stopping_criteria=stops,
-                                       keep_logits=cfg.kl_estimator == "full")
+                                       keep_logits=cfg.kl_estimator == "full"
+                                       and engine.has_logprobs)
         gen = made.tokens.cpu().tolist()
         if cost is not None:  # hf: every row stays in the batch until the last ends; native:
             cost.gen_forwards += made.forwards  # a stopped row leaves it
