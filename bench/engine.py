@@ -128,7 +128,7 @@ def main() -> None:
         prev = get_generator("native").generate(model, tok, enc, sampling)
         old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
                       for g in prev.tokens.tolist()]
-        old = (old_tokens, prev.logprobs.tolist())
+        old = (old_tokens, prev.sampled_logprobs.tolist())  # the distribution it was drawn from
         counts = {v: [] for v in VARIANTS}
         secs = {v: [] for v in VARIANTS}
         for rep in range(args.repeats):

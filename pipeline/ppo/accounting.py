@@ -27,6 +27,8 @@ class StepCost:
     rollouts_started: int = 0   # sequences generation was started for (resamples included)
     rollouts_trained: int = 0   # rollouts whose tokens reach the update
     rollouts_skipped: int = 0   # started but kept out of the update (fallback, pruned, gated)
+    rollouts_replayed: int = 0  # trained rollouts drawn from the replay buffer (features/replay.py;
+                                # generated, scored and counted at an earlier step)
     prompts_screened: int = 0   # prompts a prompt gate looked at and did not roll out
     light_rm_calls: int = 0     # texts the light RM scored
     light_rm_tokens: int = 0    # tokens it read
