@@ -150,6 +150,10 @@ ARMS: dict[str, Arm] = {
     "engine_native": Arm(base="plain", overrides={"engine": "native"}),
     "spec_lookup": Arm(base="plain", overrides={"engine": "native", "draft": "lookup",
                                                 "draft_k": 4}),
+    # self-speculative drafts (pipeline/draft_model.py): the policy's first quarter of layers
+    # with its head drafts 4 tokens from q, verified exactly (min(1, p/q), residual max(0, p-q))
+    "spec_model": Arm(base="plain", overrides={"engine": "native", "draft": "model",
+                                               "draft_k": 4, "draft_layers": 0}),
     # SPEC-RL's sample reuse (not exact): a prompt's previous response drafted and kept with
     # min(1, e^0.5 p / q_old), the rest sampled afresh at the first rejection
     "spec_reuse": Arm(base="plain", overrides={"engine": "native", "draft": "reuse",
@@ -164,7 +168,7 @@ BASELINE = "plain"
 # bench/params.yaml's `headline` runs that one of each under `make bench`
 FAMILIES = {"peers": ("grpo", "grpo_dapo", "rloo"),
             "group estimators (ours)": ("grpo_ours", "rloo_ours", "dapo_ours"),
-            "engine": ("engine_native", "spec_lookup", "spec_reuse", "replay"),
+            "engine": ("engine_native", "spec_lookup", "spec_model", "spec_reuse", "replay"),
             "seed switches": ("seed",),
             "critic": ("light_critic", "trunk_critic", "trunk_critic_k2", "shared_critic",
                        "shared_critic_k2"), "scheduler": ("scheduler", "scheduler_loose"),

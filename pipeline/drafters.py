@@ -7,6 +7,9 @@ Drafters (`get_drafter(name)`):
   the latest match are the draft, a point mass.
 - `reuse`: the prompt's previous response and its stored log-probs (SPEC-RL's sample reuse).
   An arm, NOT exact (see below).
+- `model`: the policy's own first layers draft k tokens from a distribution q known at
+  verification (pipeline/draft_model.py, whose docstring proves the rule it is verified with
+  exact: accept with min(1, p/q), residual max(0, p - q)).
 
 The point-mass rule (exact). At a position whose target distribution is p (the policy's, after
 temperature and top-p) and whose draft is the token x: draw a fresh u ~ U(0, 1); accept x if
@@ -33,11 +36,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from rlhf.pipeline.generation import Generated, Sampling, position_ids
 
-DRAFTS = ("none", "lookup", "reuse")
+DRAFTS = ("none", "lookup", "reuse", "model")
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may read at one verification step of `drafted_generate`: the live rows
+    (their batch index), their tokens so far, the policy and its cache (positions, attention mask
+    of the cache rows), the target transform (raw logits -> sampled distribution), eos, and the
+    counters a drafter that runs a model adds to."""
+
+    rows: list
+    prompts: list
+    gen: list
+    k: int
+    model: object = None
+    cache: object = None
+    last: object = None       # [n] each live row's last token (fed first in the block)
+    mask: object = None       # [n, S] attention mask of the cache rows
+    next_pos: object = None   # [n] position of each live row's next token
+    target: object = None
+    eos: int | None = None
+    cost: dict = field(default_factory=dict)
+
+    def contexts(self) -> list[list[int]]:
+        return [self.prompts[i] + self.gen[i] for i in self.rows]
+
+    @property
+    def done(self) -> list[int]:
+        return [len(self.gen[i]) for i in self.rows]
 
 
 class Drafter:
@@ -50,6 +82,11 @@ class Drafter:
         """Up to `k` draft tokens for each live row (`rows`: its index in the batch;
         `contexts`: its prompt + response so far; `done`: its response length so far)."""
         raise NotImplementedError
+
+    def draft(self, ctx: DraftContext) -> tuple[list[list[int]], list | None]:
+        """(drafts, q): each live row's drafted tokens and, for a drafter that samples them, the
+        distribution each was drawn from ([len(draft), V] per row); None: point masses."""
+        return self.propose(ctx.rows, ctx.contexts(), ctx.done, ctx.k), None
 
     def accept(self, p_x: float, row: int, pos: int, u: float) -> bool:
         return u < p_x
@@ -156,18 +193,25 @@ class ReuseDrafter(Drafter):
         return u < min(1.0, self.lenience * p_x / max(q, 1e-30))
 
 
-def resolve(drafter: Drafter, p, x: int, u: float, row: int, pos: int) -> tuple[int, bool]:
+def resolve(drafter: Drafter, p, x: int, u: float, row: int, pos: int,
+            q=None) -> tuple[int, bool]:
     """(token, accepted) at one drafted position of row `row`: target probabilities `p` [V],
-    draft token `x`, a fresh uniform `u`. An exact drafter's point mass: accept x with p(x),
-    else sample p without x (module docstring); reuse (not exact): its own rule, else a fresh
-    sample from p."""
-    if drafter.accept(float(p[x]), row, pos, u):
+    draft token `x`, a fresh uniform `u`. Drawn from a distribution `q` [V]: accept with
+    min(1, p(x) / q(x)), else sample max(0, p - q) renormalised (draft_model.py). A point mass
+    of an exact drafter: accept with p(x), else sample p without x (module docstring); reuse
+    (not exact): its own rule, else a fresh sample from p."""
+    if q is not None:
+        if u < min(1.0, float(p[x]) / float(q[x])):  # q(x) > 0: x was drawn from q
+            return x, True
+        rest = (p - q).clamp_min(0)
+    elif drafter.accept(float(p[x]), row, pos, u):
         return x, True
-    rest = p
-    if drafter.exact:  # the residual of a point mass: p without x
+    elif drafter.exact:  # the residual of a point mass: p without x
         rest = p.clone()
         rest[x] = 0
-        rest = rest / rest.sum() if rest.sum() > 0 else p
+    else:  # SPEC-RL: a fresh sample from p at the first rejection
+        rest = p
+    rest = rest / rest.sum() if rest.sum() > 0 else p  # 0 only where rejection has chance 0
     return int(torch.multinomial(rest, 1)), False
 
 
@@ -182,6 +226,10 @@ def get_drafter(name: str, cfg=None) -> Drafter | None:
         return LookupDrafter()
     if name == "reuse":
         return ReuseDrafter()
+    if name == "model":
+        from rlhf.pipeline.draft_model import ModelDrafter
+
+        return ModelDrafter(getattr(cfg, "draft_layers", 0))
     raise ConfigError(f"unknown draft {name!r}; drafts: {', '.join(DRAFTS)}")
 
 
@@ -254,10 +302,13 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     keep = torch.tensor(live, dtype=torch.long, device=dev)
     cache.batch_select_indices(keep)
     live_mask, next_pos = mask[keep], mask.sum(1)[keep]
+    costs = {"draft_forwards": 0, "draft_token_forwards": 0, "draft_share": 0.0}
     while live:
         left = [budget - len(gen[i]) for i in live]           # tokens each row may still add
-        drafts = drafter.propose(live, [prompts[i] + gen[i] for i in live],
-                                 [len(gen[i]) for i in live], k)
+        last = torch.tensor([gen[i][-1] for i in live], dtype=torch.long, device=dev)
+        drafts, qs = drafter.draft(DraftContext(
+            live, prompts, gen, min(k, max(left) - 1), model, cache, last, live_mask, next_pos,
+            target, eos, costs))
         drafts = [d[: max(n - 1, 0)] for d, n in zip(drafts, left)]
         K = max(len(d) for d in drafts)
         block = torch.full((len(live), 1 + K), fill, dtype=torch.long, device=dev)
@@ -281,7 +332,8 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
             drafted += len(d)
             a, stop = 0, False
             for j, x in enumerate(d):
-                tok, ok = resolve(drafter, p[r, j], x, uniforms[r][j], i, len(gen[i]))
+                tok, ok = resolve(drafter, p[r, j], x, uniforms[r][j], i, len(gen[i]),
+                                  None if qs is None else qs[r][j])
                 emit(i, tok, logp[r][j], ents[r][j], raw[r, j], p[r, j])
                 if not ok:  # the first rejection ends the row's drafts
                     break
@@ -330,4 +382,4 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     return Generated(sequences=seq, prompt_len=P, forwards=forwards,
                      token_forwards=token_forwards, batch_sizes=batch_sizes,
                      sampled_logprobs=sampled, logprobs=logprobs, entropy=entropy,
-                     logits=logits, drafted=drafted, accepted=accepted)
+                     logits=logits, drafted=drafted, accepted=accepted, **costs)

@@ -144,6 +144,9 @@ class Generated:
     logits: object = None
     drafted: int = 0            # tokens a drafter proposed (pipeline/drafters.py)
     accepted: int = 0           # of those, accepted by the verification rule
+    draft_forwards: int = 0     # sequential forwards of a draft model (draft_model.py)
+    draft_token_forwards: int = 0  # token positions it pushed through its layers ...
+    draft_share: float = 0.0    # ... which are this share of the policy's layers
 
     @property
     def tokens(self):

@@ -12,7 +12,7 @@ from test_ppo_trainer import make_trainer, metrics
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.mark.parametrize("draft", ["none", "lookup"])
+@pytest.mark.parametrize("draft", ["none", "lookup", "model"])
 def test_native_engine_trains_and_skips_the_old_logprob_pass(tmp_path, draft):
     tr = make_trainer(tmp_path, total_steps=2, engine="native", draft=draft)
     tr.train()
@@ -22,8 +22,10 @@ def test_native_engine_trains_and_skips_the_old_logprob_pass(tmp_path, draft):
         assert math.isfinite(x["kl_div_mean"]) and math.isfinite(x["critic_loss"])
         assert x["logprob_passes_saved"] == 1 and x["logprob_token_forwards"] == 0
         assert x["ref_token_forwards"] > 0 and x["gen_token_forwards"] > 0
-    if draft == "lookup":
+    if draft != "none":
         assert sum(x["drafted_tokens"] for x in m) > 0
+    if draft == "model":  # the draft model's own forwards are counted apart
+        assert all(x["draft_forwards"] > 0 and x["draft_token_forwards"] > 0 for x in m)
 
 
 def test_native_engine_timeout_falls_back_and_keeps_the_pass(tmp_path):

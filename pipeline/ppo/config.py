@@ -229,10 +229,13 @@ class PPOConfig:
     # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
     engine: Literal["hf", "native", "vllm"] = "hf"
     # pipeline/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
-    # responses, verified exactly), "reuse" (SPEC-RL's rule on stored old responses: an arm,
-    # not exact); up to `draft_k` drafted tokens per row and forward
-    draft: Literal["none", "lookup", "reuse"] = "none"
+    # responses, verified exactly), "model" (the policy's own first `draft_layers` layers with
+    # its head draft from a distribution q, verified exactly: pipeline/draft_model.py), "reuse"
+    # (SPEC-RL's rule on stored old responses: an arm, not exact); up to `draft_k` drafted
+    # tokens per row and forward
+    draft: Literal["none", "lookup", "reuse", "model"] = "none"
     draft_k: int = 4
+    draft_layers: int = 0  # the draft model's layers (0 = a quarter of the policy's)
     # seed 000 §2.2's replay buffer (features/replay.py): once it holds enough, round(
     # `replay_fraction` x batch_size) rows of each step are drawn from the last `replay_size`
     # valid rollouts and trained with their stored old log-probs (the seed's buffer: 2,000)

@@ -84,6 +84,8 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
             cost.gen_token_forwards += made.token_forwards
             cost.drafted_tokens += made.drafted
             cost.accepted_tokens += made.accepted
+            cost.draft_forwards += made.draft_forwards
+            cost.draft_token_forwards += made.draft_token_forwards
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False

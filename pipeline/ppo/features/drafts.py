@@ -1,7 +1,8 @@
 """Drafted decoding in the trainer (`ppo.draft`, pipeline/drafters.py): the run's drafter lives in
 a generation hook, so its state carries from step to step and is saved in every checkpoint with
 the other hooks' (a resumed run drafts what the uninterrupted one would): the lookup drafter's
-recent responses, the reuse drafter's stored responses per prompt (SPEC-RL's sample reuse).
+recent responses, the reuse drafter's stored responses per prompt (SPEC-RL's sample reuse), the
+draft model's depth (its weights are the policy's own, checkpointed with it).
 
 The hook adds no logits processor or stopping criterion (drafting needs none: generate.py turns
 drafts off when another hook adds some). `prepare` gives the reuse drafter each row's stored
@@ -52,8 +53,8 @@ class DraftHook(HookBase):
 
 
 register(Feature("drafts", {"draft": "none"},
-                 help="drafted tokens verified in one forward: lookup (exact), reuse "
-                      "(SPEC-RL's rule, not exact)", params=("draft_k",),
+                 help="drafted tokens verified in one forward: lookup and model (exact), "
+                      "reuse (SPEC-RL's rule, not exact)", params=("draft_k", "draft_layers"),
                  build=lambda cfg, ctx: [DraftHook(cfg)],
-                 modules=("pipeline/drafters.py", "pipeline/engine.py",
-                          "pipeline/ppo/features/drafts.py")))
+                 modules=("pipeline/drafters.py", "pipeline/draft_model.py",
+                          "pipeline/engine.py", "pipeline/ppo/features/drafts.py")))
