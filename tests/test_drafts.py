@@ -175,7 +175,7 @@ def test_model_drafts_sample_the_policys_distribution(deep, exact_deep):
 def test_the_residual_is_what_makes_model_drafts_exact(deep, exact_deep, monkeypatch):
     """The same test fails when a rejected draft is followed by a fresh sample from p instead of
     the residual max(0, p - q): the test can tell the exact rule from a near miss."""
-    import rlhf.pipeline.drafters as drafters
+    from rlhf.pipeline import drafters
 
     real = drafters.resolve
 

@@ -43,7 +43,7 @@ def test_reuse_drafts_a_prompts_stored_response_and_checkpoints_the_store(tmp_pa
     state, and a restored trainer holds the same store."""
     from rlhf.pipeline.ppo import checkpoint
 
-    kw = dict(total_steps=4, engine="native", draft="reuse", checkpoint_every=2)
+    kw = {"total_steps": 4, "engine": "native", "draft": "reuse", "checkpoint_every": 2}
     tr = make_trainer(tmp_path, **kw)
     tr.train()
     m = metrics(tmp_path)

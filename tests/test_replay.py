@@ -11,13 +11,12 @@ import shutil
 
 import pytest
 import torch
-from test_ppo_trainer import make_trainer, metrics
-
 from rlhf.pipeline.config import ConfigError
 from rlhf.pipeline.ppo import checkpoint, core
 from rlhf.pipeline.ppo.config import PPOConfig, plain
 from rlhf.pipeline.ppo.features.replay import ReplayBuffer, replay_rows
 from rlhf.pipeline.ppo.rollout import Rollout
+from test_ppo_trainer import make_trainer, metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -146,7 +145,7 @@ def test_a_resumed_run_restores_the_buffer(tmp_path):
         return sorted((r["prompt_id"], r["response_hash"], r["checkpoint_id"]) for r in rows
                       if r["step"] == 3 and "replayed" in r["flags"])
 
-    kw = dict(total_steps=3, replay_on=True, checkpoint_every=2, engine="native")
+    kw = {"total_steps": 3, "replay_on": True, "checkpoint_every": 2, "engine": "native"}
     make_trainer(tmp_path, **kw).train()
     state = json.loads((tmp_path / "run" / "checkpoints" / "step-000002" /
                         "trainer_state.json").read_text())

@@ -392,7 +392,7 @@ class PPOConfig:
                               f"rollouts must keep filling the buffer), got {self.replay_fraction}")
         if not self.replay_on:
             return
-        n = int(round(self.replay_fraction * self.batch_size))
+        n = round(self.replay_fraction * self.batch_size)
         if not 1 <= n < self.batch_size:
             raise ConfigError(f"ppo.replay_fraction x ppo.batch_size must round to between 1 and "
                               f"batch_size - 1 rows, got {self.replay_fraction} x "

@@ -40,7 +40,7 @@ ROW_FIELDS = ("scores", "confidence", "level1_scores", "level1_confidence")
 
 def replay_rows(batch_size: int, fraction: float) -> int:
     """Rows of a `batch_size` batch drawn from the buffer: round(fraction x batch_size)."""
-    return int(round(fraction * batch_size))
+    return round(fraction * batch_size)
 
 
 class ReplayBuffer(HookBase):
@@ -95,7 +95,6 @@ class ReplayBuffer(HookBase):
     def as_rollout(self, rows: list[dict], device):
         """Stored rows as a Rollout after its log-prob pass (the fields `Rollout.cat` joins)."""
         import torch
-
         from rlhf.pipeline.generation import pad_responses
         from rlhf.pipeline.ppo.rollout import Rollout
 
@@ -140,7 +139,6 @@ class ReplayBuffer(HookBase):
 
 def _build(cfg, ctx) -> list:
     from accelerate import PartialState
-
     from rlhf.pipeline.config import ConfigError
 
     if PartialState().num_processes > 1:
