@@ -403,7 +403,8 @@ EOF
   local cap1
   cap1=$(limit 200 5)
   if timeout "$cap1" "$PY" bench/engine.py --policy "$WORK/policy" --device "$DEV" --dtype "$DTYPE" \
-      --batches $BATCHES --repeats "$REPEATS" --max-new-tokens "$NEW" --json "$OUT/engine_gpu.json"; then
+      --batches $BATCHES --repeats "$REPEATS" --max-new-tokens "$NEW" --drafts model \
+      --json "$OUT/engine_gpu.json"; then
     row engine ok $((SECONDS - t)) "batches $BATCHES x $REPEATS repeats, $NEW new tokens: engine_gpu.json"
   else
     local rc=$?
@@ -416,7 +417,7 @@ EOF
   if ((cap2 < 60)); then
     row "engine$BIG" SKIP 0 "only ${cap2}s left"
   elif timeout "$cap2" "$PY" bench/engine.py --policy "$WORK/policy" --device "$DEV" \
-      --dtype "$DTYPE" --batches "$BIG" --repeats 2 --max-new-tokens "$NEW" \
+      --dtype "$DTYPE" --batches "$BIG" --repeats 2 --max-new-tokens "$NEW" --drafts \
       --json "$OUT/engine_gpu_b$BIG.json"; then
     row engine$BIG ok $((SECONDS - t)) "batch $BIG x 2 repeats: engine_gpu_b$BIG.json"
   else

@@ -100,7 +100,7 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
 
     fresh = sample(policy, tokenizer, list(eval_prompts), n=cfg.eval_k,
                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                   seed=cfg.seed + 2, batch_size=cfg.batch_size)
+                   seed=cfg.seed + 2, batch_size=cfg.batch_size, engine=cfg.engine)
     prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
     responses = [s.response for ss in fresh for s in ss]
     is_policy = [True] * len(responses)
@@ -186,11 +186,12 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
         f"(T {sampling.temperature}, top-p {sampling.top_p}) for the on-policy Spearman")
     data = onpolicy_set(policy, tokenizer, prompts, cfg.onpolicy_k, sampling.temperature,
                         sampling.top_p, sampling.max_new_tokens, cfg.seed + 3, cfg.batch_size,
-                        judge)
+                        judge, engine=cfg.engine)
     out: dict[str, Any] = {"n_prompts": len(prompts), "k": cfg.onpolicy_k,
                            "sampling": {"temperature": sampling.temperature,
                                         "top_p": sampling.top_p,
-                                        "max_new_tokens": sampling.max_new_tokens},
+                                        "max_new_tokens": sampling.max_new_tokens,
+                                        "engine": cfg.engine},
                            "gold_mean": sum(data.gold) / max(len(data), 1)}
     from rlhf.pipeline.reward.augment import hack_probe
 

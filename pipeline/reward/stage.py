@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
@@ -82,6 +82,10 @@ class RewardConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
+    # the rollout engine that samples the SFT policy here (distillation rollouts, fresh and
+    # on-policy samples; pipeline/generation.py get_generator): "native" (a stopped row leaves
+    # the batch; the same distribution as "hf") or "hf" (model.generate)
+    engine: Literal["hf", "native"] = "native"
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
     # the preferences rows the RMs train on, by `source`: the annotators' rankings (embedded
@@ -206,7 +210,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
                                    else (cfg.temperature, 1.0, cfg.max_new_tokens))
     roll = sample(policy, tokenizer, list(rollout_prompts), n=cfg.rollout_k,
                   max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                  seed=cfg.seed + 1, batch_size=cfg.batch_size)
+                  seed=cfg.seed + 1, batch_size=cfg.batch_size, engine=cfg.engine)
     d_prompts: list[str] = []
     d_resps: list[str] = []
     groups: list[list[int]] = []
