@@ -370,13 +370,23 @@ with torch.device(device):
         cfg, dtype=torch.bfloat16 if device == "cuda" else torch.float32).eval()
 # random weights never say eos: raise its logit along the mean final hidden state until eos has
 # probability 1/40 per token at the bench's temperature 0.8, so rows end at varied lengths
-# (bench/engine.py's tiny_policy does the same) and stopped rows leaving the batch matters
+# (bench/engine.py's tiny_policy does the same) and stopped rows leaving the batch matters. The
+# hidden states it is fitted on are those of sampled continuations of the bench's own prompts
+# (a first version fitted on random token ids, and no row of the bench ever stopped)
+from rlhf.pipeline.generation import encode_prompts
 eos, T, target = tok.eos_token_id, 0.8, 1 / 40
 with torch.no_grad():
-    g = torch.Generator(device=device).manual_seed(1)
-    probe = torch.randint(3, min(cfg.vocab_size, 50000), (16, 48), device=device, generator=g)
-    h = model.model(input_ids=probe).last_hidden_state.float().flatten(0, 1)   # [N, d]
     w = model.get_output_embeddings().weight
+    w[eos] = 0
+    torch.manual_seed(1)
+    enc = {k: v.to(device) for k, v in encode_prompts(
+        tok, [f"tell me about item {i}" for i in range(16)]).items()}
+    seq = model.generate(**enc, do_sample=True, temperature=T, top_p=0.95, top_k=0,
+                         max_new_tokens=48, min_new_tokens=48, pad_token_id=tok.pad_token_id)
+    P = enc["input_ids"].shape[1]
+    full_mask = torch.cat([enc["attention_mask"], torch.ones_like(seq[:, P:])], 1)
+    h = model.model(input_ids=seq, attention_mask=full_mask).last_hidden_state
+    h = h[:, P - 1:-1].float().flatten(0, 1)                       # [N, d]: generated positions
     logits = h @ w.float().T
     logits[:, eos] = -float("inf")
     lse = torch.logsumexp(logits / T, -1)
@@ -403,7 +413,7 @@ EOF
   local cap1
   cap1=$(limit 200 5)
   if timeout "$cap1" "$PY" bench/engine.py --policy "$WORK/policy" --device "$DEV" --dtype "$DTYPE" \
-      --batches $BATCHES --repeats "$REPEATS" --max-new-tokens "$NEW" --drafts model \
+      --batches $BATCHES --repeats "$REPEATS" --max-new-tokens "$NEW" --drafts \
       --json "$OUT/engine_gpu.json"; then
     row engine ok $((SECONDS - t)) "batches $BATCHES x $REPEATS repeats, $NEW new tokens: engine_gpu.json"
   else

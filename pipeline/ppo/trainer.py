@@ -330,7 +330,9 @@ class PPOTrainer:
         digest = hashlib.sha256()
         for name, t in sorted(weights.items()):
             digest.update(name.encode())
-            digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+            # the raw bytes (as uint8: numpy has no bf16, the dtype of ZeRO-3 weights on a GPU)
+            digest.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+                          .numpy().tobytes())
         (self.paths.out / f"weights-rank{self.rank}.sha256").write_text(digest.hexdigest())
         if self.acc.is_main_process:
             policy.save_pretrained(self.paths.out / "policy", state_dict=weights)

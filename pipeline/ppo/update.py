@@ -144,8 +144,12 @@ class Learner:
                     cost.update_token_forwards += len(idx) * (r.query.shape[1]
                                                               + r.response.shape[1])
                 if critic_on:
+                    # the loss in float32: under bf16 engines (ZeRO-3 on a GPU) the values come
+                    # out bf16, and mixing them with the float32 returns in the loss broke the
+                    # critic's backward ("Found dtype Float but expected BFloat16")
                     out = self.critic(r.critic_ids[idx], r.critic_mask[idx],
-                                      None if r.key_weights is None else r.key_weights[idx])
+                                      None if r.key_weights is None else r.key_weights[idx]
+                                      ).float()
                     v = response_values(out, r.critic_mask[idx], r.critic_start[idx],
                                         r.response.shape[1])
                     c_loss, c_stats = critic_loss(v, r.values[idx], r.returns[idx], mask,
