@@ -100,7 +100,7 @@ class NeighbourIndex:
         nlist = max(1, math.ceil(n / params.list_size))
         km = faiss.Kmeans(y.shape[1], nlist, niter=params.train_iterations, seed=params.seed,
                           spherical=True, max_points_per_centroid=params.train_per_list,
-                          verbose=False)
+                          min_points_per_centroid=1, verbose=False)  # a sample, on purpose
         m = min(n, max(nlist, params.train_per_list * nlist))
         km.train(y[np.sort(rng.choice(n, size=m, replace=False))])
         quantizer = faiss.IndexFlatIP(y.shape[1])
