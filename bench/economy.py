@@ -150,13 +150,26 @@ ARMS: dict[str, Arm] = {
     "engine_native": Arm(base="plain", overrides={"engine": "native"}),
     "spec_lookup": Arm(base="plain", overrides={"engine": "native", "draft": "lookup",
                                                 "draft_k": 4}),
+    # self-speculative drafts (pipeline/draft_model.py): the policy's first quarter of layers
+    # with its head drafts 4 tokens from q, verified exactly (min(1, p/q), residual max(0, p-q))
+    "spec_model": Arm(base="plain", overrides={"engine": "native", "draft": "model",
+                                               "draft_k": 4, "draft_layers": 0}),
+    # SPEC-RL's sample reuse (not exact): a prompt's previous response drafted and kept with
+    # min(1, e^0.5 p / q_old), the rest sampled afresh at the first rejection
+    "spec_reuse": Arm(base="plain", overrides={"engine": "native", "draft": "reuse",
+                                               "draft_k": 4}),
+    # seed 000 §2.2's replay buffer alone on plain PPO: half of each batch from the last 2,000
+    # rollouts, trained with their stored old log-probs (the seed: final reward 17.3 % lower)
+    "replay": Arm(base="plain", overrides={"replay_on": True, "replay_size": 2000,
+                                           "replay_fraction": 0.5}),
 }
 BASELINE = "plain"
 # the rollout-economy families: the report names each family's best arm (gold at equal tokens);
 # bench/params.yaml's `headline` runs that one of each under `make bench`
 FAMILIES = {"peers": ("grpo", "grpo_dapo", "rloo"),
             "group estimators (ours)": ("grpo_ours", "rloo_ours", "dapo_ours"),
-            "engine": ("engine_native", "spec_lookup"), "seed switches": ("seed",),
+            "engine": ("engine_native", "spec_lookup", "spec_model", "spec_reuse", "replay"),
+            "seed switches": ("seed",),
             "critic": ("light_critic", "trunk_critic", "trunk_critic_k2", "shared_critic",
                        "shared_critic_k2"), "scheduler": ("scheduler", "scheduler_loose"),
             "pruning": ("pruning", "resampling", "pruning_resampling", "pruning_literal",
@@ -344,7 +357,8 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
             print(f"fitting the strong-to-light score map on {len(prompts)} x {rcfg.onpolicy_k} "
                   "SFT samples", flush=True)
             data = onpolicy_set(policy, tok, prompts, rcfg.onpolicy_k, smp.temperature,
-                                smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size)
+                                smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size,
+                                engine=rcfg.engine)
             s = load_scorer(strong)(data.prompts, data.responses)[0].tolist()
             li = load_scorer(inputs / "rm_light")(data.prompts, data.responses)[0].tolist()
             smap = ScoreMap.fit(s, li)

@@ -24,8 +24,10 @@ FIGURE = "economy_gold_vs_tokens.png"
 COST_FIGURE = "economy_gold_vs_compute.png"
 # the compute columns: (StepCost counter, column); every one counted, never timed
 COMPUTE = (("tokens_generated", "generated tokens"), ("rollouts_started", "rollouts"),
+           ("rollouts_replayed", "rollouts replayed"),
            ("tokens_trained", "tokens trained"), ("gen_forwards", "policy forwards (gen)"),
            ("gen_token_forwards", "policy token-fwd (gen)"),
+           ("drafted_tokens", "drafted tokens"), ("accepted_tokens", "accepted drafts"),
            ("logprob_token_forwards", "policy token-fwd (old log-probs)"),
            ("update_token_forwards", "policy token-fwd (update)"),
            ("ref_token_forwards", "reference token-fwd"),

@@ -1,6 +1,6 @@
 """Rollout engine benchmark: hf (model.generate), native (stopped rows leave the batch) and
-native + each drafter, on one policy; counted compute per 1,000 generated tokens first, then
-seconds (variants interleaved, `--repeats` rounds, median and min-max).
+native + each drafter of `--drafts`, on one policy; counted compute per 1,000 generated tokens
+first, then seconds (variants interleaved, `--repeats` rounds, median and min-max).
 
     RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py --batches 16 64 \
         --repeats 5 --max-new-tokens 48                       # a tiny random Llama built here
@@ -11,12 +11,18 @@ seconds (variants interleaved, `--repeats` rounds, median and min-max).
 `--prompts` (a store root): the batches are the first held-out prompts of its pool (as the ppo
 and eval stages render them); without it, a saved policy gets synthetic prompts. `--json`: the
 figures as JSON, which `python docs/generate.py` renders as docs/generated/engine-bench.md.
+`--device cuda --dtype bfloat16`: the policy and the batches on a GPU, in bf16
+(bench/gpu_device.sh); the seconds then wait for the GPU (synchronized), and the JSON also holds
+the device, the dtype and each batch's peak GPU memory. The defaults (cpu, the dtype the policy
+was built or saved in) keep the CPU runs as they were.
 
 Counts: `forwards` = sequential policy forwards; `row_fwd` = rows summed over those forwards
 (what a finished row still costs under hf); `tok_fwd` = token positions pushed through the
 policy (prefill, decode, verification); all per 1,000 generated tokens. `accept` = accepted /
-drafted tokens. `reuse` drafts the prompt's previous native response with its stored log-probs
-(SPEC-RL's rule: not exact, an arm).
+drafted tokens. `draft_fwd` = the draft model's token positions (`--drafts model`: the policy's
+first `--draft-layers` layers) weighted by its share of the policy's layers, so tok_fwd +
+draft_fwd is the policy-equivalent compute of a variant. `reuse` drafts the prompt's previous
+native response with its stored log-probs (SPEC-RL's rule: not exact, an arm).
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ import types
 from pathlib import Path
 
 import torch
+from rlhf.pipeline.draft_model import ModelDrafter
 from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
 from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
 
-VARIANTS = ("hf", "native", "native+lookup", "native+reuse")
+DRAFTS = ("lookup", "reuse", "model")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def tiny_policy(vocab: int = 256, eos: int = 2, stop_bias: float = 2.5, seed: int = 0):
@@ -67,11 +75,13 @@ def prompts_of(tok, batch: int, vocab: int, seed: int):
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def run(variant, model, tok, enc, sampling, k, old):
+def run(variant, model, tok, enc, sampling, k, old, draft_layers=0):
     if variant in ("hf", "native"):
         return get_generator(variant).generate(model, tok, enc, sampling)
     if variant == "native+lookup":
         return drafted_generate(model, tok, enc, sampling, LookupDrafter(), k)
+    if variant == "native+model":
+        return drafted_generate(model, tok, enc, sampling, ModelDrafter(draft_layers), k)
     reuse = ReuseDrafter()
     reuse.prepare(*old)
     return drafted_generate(model, tok, enc, sampling, reuse, k)
@@ -86,9 +96,16 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--draft-k", type=int, default=4)
+    ap.add_argument("--drafts", nargs="*", default=list(DRAFTS), choices=DRAFTS,
+                    help="the drafters run on native besides hf and native (default: all)")
+    ap.add_argument("--draft-layers", type=int, default=0,
+                    help="--drafts model: the policy's first layers it drafts with (0: a quarter)")
     ap.add_argument("--prompts", default=None,
                     help="a store root: batches of its held-out prompts (needs --policy)")
     ap.add_argument("--json", default=None, help="also write the figures here as JSON")
+    ap.add_argument("--device", default="cpu", help="torch device of the policy and batches")
+    ap.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                    help="cast the policy to this dtype (default: as built or saved)")
     args = ap.parse_args()
     if args.prompts and not args.policy:
         ap.error("--prompts needs --policy (the tiny random Llama has no tokenizer)")
@@ -110,7 +127,14 @@ def main() -> None:
     else:
         model, tok = tiny_policy()
         make = lambda b, s: prompts_of(tok, b, model.config.vocab_size, s)
+    dev = torch.device(args.device)
+    on_gpu = dev.type == "cuda"
+    if args.dtype:
+        model = model.to(DTYPES[args.dtype])
+    if dev.type != "cpu":
+        model = model.to(dev)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
+    variants = ("hf", "native", *(f"native+{d}" for d in args.drafts))
     report = {"command": "bench/engine.py " + " ".join(sys.argv[1:]),
               "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
               "prompts": args.prompts or ("synthetic" if args.policy else "random ids"),
@@ -118,45 +142,65 @@ def main() -> None:
               "load_1min_at_start": round(os.getloadavg()[0], 2), "machine": _cpu_name(), "torch": torch.__version__, "repeats": args.repeats,
               "sampling": {"temperature": args.temperature, "top_p": args.top_p,
                            "max_new_tokens": args.max_new_tokens}, "draft_k": args.draft_k,
+              "draft_layers": args.draft_layers,
               "batches": {}}
+    if dev.type != "cpu" or args.dtype:  # CPU runs' JSON stays as it was
+        report.update({"device": str(dev), "dtype": str(next(model.parameters()).dtype),
+                       "gpu": torch.cuda.get_device_name(dev) if on_gpu else None})
     print(f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens} "
           f"T={args.temperature} top_p={args.top_p} draft_k={args.draft_k} "
-          f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}")
+          f"policy={args.policy or 'tiny random Llama (2 layers, hidden 64, vocab 256)'}"
+          + (f" device={dev} dtype={next(model.parameters()).dtype}"
+             if dev.type != "cpu" or args.dtype else ""))
     for B in args.batches:
         enc = make(B, B)
+        if dev.type != "cpu":
+            enc = {k: v.to(dev) for k, v in enc.items()}
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(dev)
         torch.manual_seed(0)  # the reuse drafter's old responses: one earlier native sample
         prev = get_generator("native").generate(model, tok, enc, sampling)
         old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
                       for g in prev.tokens.tolist()]
-        old = (old_tokens, prev.logprobs.tolist())
-        counts = {v: [] for v in VARIANTS}
-        secs = {v: [] for v in VARIANTS}
+        old = (old_tokens, prev.sampled_logprobs.tolist())  # the distribution it was drawn from
+        counts = {v: [] for v in variants}
+        secs = {v: [] for v in variants}
         for rep in range(args.repeats):
-            for v in VARIANTS:  # interleaved: the machine's load falls on every variant alike
+            for v in variants:  # interleaved: the machine's load falls on every variant alike
                 torch.manual_seed(100 + rep)
                 t = time.perf_counter()
-                made = run(v, model, tok, enc, sampling, args.draft_k, old)
+                made = run(v, model, tok, enc, sampling, args.draft_k, old, args.draft_layers)
+                if on_gpu:
+                    torch.cuda.synchronize(dev)  # the GPU's queued work counts in the seconds
                 secs[v].append(time.perf_counter() - t)
                 gen = sum(len(cut_at_eos(g, tok.eos_token_id, tok.pad_token_id))
                           for g in made.tokens.tolist())
                 counts[v].append((gen, made.forwards, sum(made.batch_sizes),
-                                  made.token_forwards, made.drafted, made.accepted))
+                                  made.token_forwards, made.drafted, made.accepted,
+                                  made.draft_forwards,
+                                  made.draft_token_forwards * made.draft_share))
         print(f"\nbatch {B}: counts per 1,000 generated tokens (summed over {args.repeats} runs)")
         print(f"{'variant':15s} {'tokens':>7s} {'forwards':>9s} {'row_fwd':>8s} {'tok_fwd':>8s} "
-              f"{'accept':>7s}   seconds median [min, max] (shared machine)")
+              f"{'draft_fwd':>9s} {'accept':>7s}   seconds median [min, max] (shared machine)")
         rows_out = report["batches"][str(B)] = {}
-        for v in VARIANTS:
-            gen, fw, rows, tf, dr, ac = (sum(c[i] for c in counts[v]) for i in range(6))
+        if on_gpu:
+            peak = torch.cuda.max_memory_allocated(dev) / 2**30
+            report.setdefault("gpu_peak_gib", {})[str(B)] = round(peak, 3)
+            print(f"(peak GPU memory over the batch's runs: {peak:.3f} GiB)")
+        for v in variants:
+            gen, fw, rows, tf, dr, ac, dfw, dtf = (sum(c[i] for c in counts[v]) for i in range(8))
             per = 1000 / max(gen, 1)
             acc = f"{ac / dr:.3f}" if dr else "-"
             s = secs[v]
             print(f"{v:15s} {gen / args.repeats:7.0f} {fw * per:9.1f} {rows * per:8.1f} "
-                  f"{tf * per:8.1f} {acc:>7s}   {statistics.median(s):.3f} "
+                  f"{tf * per:8.1f} {dtf * per:9.1f} {acc:>7s}   {statistics.median(s):.3f} "
                   f"[{min(s):.3f}, {max(s):.3f}]")
             rows_out[v] = {"tokens_per_run": round(gen / args.repeats, 1),
                            "forwards_per_1k": round(fw * per, 1),
                            "row_forwards_per_1k": round(rows * per, 1),
                            "token_forwards_per_1k": round(tf * per, 1),
+                           "draft_forwards_per_1k": round(dfw * per, 1) if dfw else None,
+                           "draft_token_forwards_per_1k": round(dtf * per, 1) if dfw else None,
                            "drafted": dr, "accepted": ac,
                            "acceptance": round(ac / dr, 4) if dr else None,
                            "seconds_median": round(statistics.median(s), 4),

@@ -17,20 +17,32 @@
 #
 # The first ZeRO-3 start on a machine JIT-compiles DeepSpeed's CPU Adam (ninja + a C++ compiler;
 # minutes on few cores, cached in ~/.cache/torch_extensions afterwards).
+#
+# Environment: PYTHON (default .venv/bin/python; its folder's torchrun, else `PYTHON -m
+# torch.distributed.run`), GPU_CHECK_DIR (default a new temporary folder), MASTER_PORT,
+# GPU_CHECK_DEEPSPEED_CONFIG (another DeepSpeed JSON for step 4, passed as --deepspeed-config;
+# bench/gpu_device.sh passes one without optimizer offload when CPU Adam cannot be built there),
+# GPU_CHECK_PPO_TIMEOUT (seconds for steps 4-5, default 240). A PYTHONPATH set by the caller
+# (wheels installed with pip --target) is kept, after tests/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODE=gpu
 if [[ "${1:-}" == "--cpu" ]]; then MODE=cpu; fi
 PY=${PYTHON:-.venv/bin/python}
-TORCHRUN="$(dirname "$PY")/torchrun"
+TORCHRUN=("$(dirname "$PY")/torchrun")
+[[ -x ${TORCHRUN[0]} ]] || TORCHRUN=("$PY" -m torch.distributed.run)
+DS_ARGS=()
+if [[ -n ${GPU_CHECK_DEEPSPEED_CONFIG:-} ]]; then
+  DS_ARGS=(--deepspeed-config "$GPU_CHECK_DEEPSPEED_CONFIG")
+fi
 WORK=${GPU_CHECK_DIR:-$(mktemp -d)}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONHASHSEED=0
 say() { printf '\n== %s\n' "$*"; }
 start=$SECONDS
 
 say "0. tiny world in $WORK"
-PYTHONPATH=tests "$PY" - "$WORK" <<'EOF'
+PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$WORK" <<'EOF'
 import sys
 from pathlib import Path
 
@@ -85,13 +97,14 @@ except Exception as exc:  # not installed, or no kernel for this GPU: say which,
 print(chosen)
 EOF
 )
+  ATTN=${ATTN##*$'\n'}  # its last line: an import that prints to stdout must not become the name
   export ACCELERATE_MIXED_PRECISION=bf16
 else
   say "1-3. skipped (--cpu): no GPU checks"
 fi
 
 say "4-5. ZeRO-3 start-up and 3 PPO steps (attention: $ATTN, $MODE)"
-PYTHONPATH=tests "$PY" - "$WORK" "$ATTN" <<'EOF'
+PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$WORK" "$ATTN" <<'EOF'
 import sys
 from pathlib import Path
 
@@ -101,10 +114,11 @@ ppo_tiny.write_params(Path(sys.argv[1]) / "params.yaml", total_steps=3, batch_si
                       mini_batch_size=2, checkpoint_every=3, csv_every=1, sharding="zero3",
                       gradient_accumulation_steps=1, attn_implementation=sys.argv[2])
 EOF
-timeout 240 "$TORCHRUN" --nproc_per_node 1 --master_port "${MASTER_PORT:-29541}" \
+timeout "${GPU_CHECK_PPO_TIMEOUT:-240}" "${TORCHRUN[@]}" --nproc_per_node 1 \
+  --master_port "${MASTER_PORT:-29541}" \
   -m rlhf.cli.app ppo --policy "$WORK/world/policy" --reward "$WORK/world/rm" \
   --prompts "$WORK/world/prompts.jsonl" --out "$WORK/run" --rollouts "$WORK/rows" \
-  --params "$WORK/params.yaml" --run-id gpu_check > "$WORK/ppo.log" 2>&1 \
+  --params "$WORK/params.yaml" --run-id gpu_check ${DS_ARGS[@]+"${DS_ARGS[@]}"} > "$WORK/ppo.log" 2>&1 \
   || { tail -40 "$WORK/ppo.log"; echo "4-5. FAIL: rlhf ppo under ZeRO-3 (log: $WORK/ppo.log)"; exit 1; }
 
 "$PY" - "$WORK/run" "$MODE" <<'EOF'

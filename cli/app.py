@@ -36,8 +36,10 @@ app.add_typer(params_app, name="params")
 @app.callback()
 def _setup() -> None:
     """Every command: progress bars on, library bars and unactionable warnings off."""
+    from rlhf.cli.common import forget_params_read
     from rlhf.pipeline import progress
 
+    forget_params_read()
     progress.quiet_libraries()
     progress.enable()
 app.add_typer(world_app, name="world")

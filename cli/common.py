@@ -8,6 +8,7 @@ as a `Text` (`plain`), never inside a markup string; `data_table` builds tables 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -60,18 +61,44 @@ def add_plain_row(table: Table, *cells: Any) -> None:
 
 
 # --------------------------------------------------------------------------- params, metrics
+# Every value the running command read from its params file, by section (`load_config` records
+# them): `write_metrics` puts them in the report as `params`, so a report says what its stage ran
+# with, and tests/test_dvc_params.py checks that each stage reads every param dvc.yaml declares.
+_READ: dict[str, dict[str, Any]] = {}
+
+
+def params_read() -> dict[str, dict[str, Any]]:
+    """The values this command has read so far, by section (a copy)."""
+    import copy
+
+    return copy.deepcopy(_READ)
+
+
+def forget_params_read() -> None:
+    """Start a new command's record (the app's callback; a test running commands in-process)."""
+    _READ.clear()
+
+
 def load_config(params: Path, section: str, fields: tuple[str, ...] | None = None) -> Any:
     """The typed `section` of the params file, every key from the file (pipeline.config
     `load_config`); any problem is one error line, no traceback. The one loader of every
-    command: a missing file, section or key is an error, never a silent default."""
-    from rlhf.pipeline.config import ConfigError
+    command: a missing file, section or key is an error, never a silent default. What it
+    returns is recorded (`params_read`)."""
+    from rlhf.pipeline.config import ConfigError, effective
     from rlhf.pipeline.config import load_config as _load
 
     try:
-        return _load(params, section, fields)
+        cfg = _load(params, section, fields)
     except ConfigError as exc:
         msg = str(exc)
         fail(msg if msg.startswith(str(params)) else f"{params}: {msg}")
+    # a `fields` read is a namespace of those fields only: as effective() gives them (nested
+    # sections as mappings, tuples as lists)
+    values = effective(cfg) if fields is None else json.loads(json.dumps(
+        {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+         for k, v in vars(cfg).items()}))
+    _READ[section] = {**_READ.get(section, {}), **values}
+    return cfg
 
 
 def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
@@ -205,12 +232,14 @@ def _jsonable(x: Any) -> Any:
 
 def write_metrics(stage: str, report: dict, metrics: Path | None, report_path: Path | None) -> None:
     """The one writer of every command's outputs for DVC: the headline figures to `metrics`
-    (`dvc metrics show`), the whole report to `report_path`; each atomically, either optional.
+    (`dvc metrics show`), the whole report to `report_path` with `params`, every value the
+    command read from its params file (by section); each atomically, either optional.
     The report's wall-clock figures (`TIMINGS[stage]`) go to neither: they go to
     `timings_path(...)`, which no one versions. An unwritable path is one error line."""
     from rlhf.store.io import write_text_atomic
 
-    full, timings = split_timings(stage, _jsonable(report))
+    read = {"params": params_read()} if _READ else {}
+    full, timings = split_timings(stage, _jsonable({**report, **read}))
     outputs = [(metrics, headline(stage, full)), (report_path, full)]
     if timings and (where := timings_path(report_path)) is not None:
         outputs.append((where, timings))

@@ -54,6 +54,11 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     --deepspeed-config are the rollout-economy features' inputs and tables (one per registered
     input and table: pipeline/ppo/features)."""
     cfg = load_config(params, "ppo")
+    # the sections a switch makes it read, read up front (a bad one stops before any training)
+    if cfg.heldout_eval and heldout_store is not None:  # the held-out figure's judge
+        load_config(params, "judge")
+    if cfg.human_labels_per_step:  # the human queue's annotator pool (features/inputs.py)
+        load_config(params, "preferences", ("annotators", "seed", "labels"))
     from rlhf.pipeline.ppo.features import INPUTS, registry
 
     inputs = {k: features.get(k) for k in INPUTS if not INPUTS[k].from_params}

@@ -84,6 +84,7 @@ def sft(
     from rlhf.pipeline.sft import run
 
     cfg = load_config(params, "sft")
+    load_config(params, "judge")  # read up front: a bad judge section stops before any training
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -230,6 +231,7 @@ def reward(
     cfg = load_config(params, "reward")
     # how PPO will sample: the distribution the on-policy figures are measured on
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
+    load_config(params, "judge")  # read up front: a bad judge section stops before any training
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name

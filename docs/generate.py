@@ -281,7 +281,10 @@ def verdicts_page(root: Path) -> str:
 
 ENGINE_COLUMNS = (("tokens_per_run", "tokens / run"), ("forwards_per_1k", "forwards"),
                   ("row_forwards_per_1k", "row-forwards"),
-                  ("token_forwards_per_1k", "token-forwards"), ("acceptance", "acceptance"))
+                  ("token_forwards_per_1k", "token-forwards"),
+                  ("draft_forwards_per_1k", "draft forwards"),
+                  ("draft_token_forwards_per_1k", "draft token-forwards (policy-equivalent)"),
+                  ("acceptance", "acceptance"))
 
 
 def engine_bench_page(root: Path) -> str:
@@ -291,8 +294,10 @@ def engine_bench_page(root: Path) -> str:
              f"<!-- written by `{COMMAND}` from bench/data/engine_*.json: rerun it -->", "",
              ("Counts per 1,000 generated tokens (summed over the repeats): sequential policy "
               "forwards, rows summed over them (what a finished row still costs under `hf`), token "
-              "positions pushed through the policy (prefill, decode, verification); acceptance = "
-              "accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
+              "positions pushed through the policy (prefill, decode, verification); the draft "
+              "model's sequential forwards and its token positions weighted by its share of the "
+              "policy's layers (`native+model`; add them to the policy's for its compute); "
+              "acceptance = accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
               "[min, max] over the rounds; the load average at the start says what else ran. "
               "What the engines are: [../engine.md](../engine.md)."), ""]
     files = sorted((root / "bench" / "data").glob("engine_*.json"))
@@ -305,7 +310,8 @@ def engine_bench_page(root: Path) -> str:
                   f"- command: `{r.get('command')}`",
                   f"- policy: `{r.get('policy')}`; prompts: `{r.get('prompts')}`",
                   (f"- sampling: temperature {smp.get('temperature')}, top-p {smp.get('top_p')}, "
-                   f"{smp.get('max_new_tokens')} new tokens; draft_k {r.get('draft_k')}; "
+                   f"{smp.get('max_new_tokens')} new tokens; draft_k {r.get('draft_k')}"
+                   + (f", draft_layers {r['draft_layers']}" if "draft_layers" in r else "") + "; "
                    f"{r.get('repeats')} repeats"),
                   (f"- machine: {r.get('machine')}, {r.get('cpus')} CPUs, torch {r.get('torch')}, "
                    f"{r.get('threads')} thread(s), load average {r.get('load_1min_at_start')} at "

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,6 +46,9 @@ class DifficultyConfig:
     temperature: float = 1.0  # the baseline samples, so log-probs show its uncertainty
     top_p: float = 1.0
     batch_size: int = 64  # generation / scoring batch
+    # the rollout engine that samples (pipeline/generation.py get_generator): "native" (a stopped
+    # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
+    engine: Literal["hf", "native"] = "native"
     seed: int = 0
     sampler_batch_size: int = 16  # the sampler's default batch size in the coverage report
 
@@ -152,9 +155,10 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         raise ValueError("no prompts to score")
     model, tok = load_policy(policy_dir)
     texts = [r["text"] for r in rows]
+    counted: dict = {}
     outs = sample(model, tok, texts, n=1, max_new_tokens=cfg.max_new_tokens,
                   temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
-                  batch_size=cfg.batch_size, progress=progress)
+                  batch_size=cfg.batch_size, progress=progress, engine=cfg.engine, cost=counted)
     samples = [o[0] for o in outs]
     scorer = load_scorer(reward_model, batch_size=cfg.batch_size)
     rm, _ = scorer(texts, [s.response for s in samples])
@@ -198,6 +202,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         "corr_score_rm": float(corr[2, 3]) if corr is not None else None,
         "sampler_batch_size": cfg.sampler_batch_size,
         "sampler_full_coverage_share": full / n_batches,
+        "sampling": {"engine": cfg.engine, **counted},  # the policy's counted forwards
     }
     metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in metrics.items()}
     return metrics

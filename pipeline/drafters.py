@@ -7,6 +7,9 @@ Drafters (`get_drafter(name)`):
   the latest match are the draft, a point mass.
 - `reuse`: the prompt's previous response and its stored log-probs (SPEC-RL's sample reuse).
   An arm, NOT exact (see below).
+- `model`: the policy's own first layers draft k tokens from a distribution q known at
+  verification (pipeline/draft_model.py, whose docstring proves the rule it is verified with
+  exact: accept with min(1, p/q), residual max(0, p - q)).
 
 The point-mass rule (exact). At a position whose target distribution is p (the policy's, after
 temperature and top-p) and whose draft is the token x: draw a fresh u ~ U(0, 1); accept x if
@@ -33,22 +36,57 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from rlhf.pipeline.generation import Generated, Sampling, position_ids
 
-DRAFTS = ("none", "lookup", "reuse")
+DRAFTS = ("none", "lookup", "reuse", "model")
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may read at one verification step of `drafted_generate`: the live rows
+    (their batch index), their tokens so far, the policy and its cache (positions, attention mask
+    of the cache rows), the target transform (raw logits -> sampled distribution), eos, and the
+    counters a drafter that runs a model adds to."""
+
+    rows: list
+    prompts: list
+    gen: list
+    k: int
+    model: object = None
+    cache: object = None
+    last: object = None       # [n] each live row's last token (fed first in the block)
+    mask: object = None       # [n, S] attention mask of the cache rows
+    next_pos: object = None   # [n] position of each live row's next token
+    target: object = None
+    eos: int | None = None
+    cost: dict = field(default_factory=dict)
+
+    def contexts(self) -> list[list[int]]:
+        return [self.prompts[i] + self.gen[i] for i in self.rows]
+
+    @property
+    def done(self) -> list[int]:
+        return [len(self.gen[i]) for i in self.rows]
 
 
 class Drafter:
     name = "base"
     exact = True
+    drafts_first = False  # also drafts the first response token (verified on the prefill's p)
 
     def propose(self, rows: Sequence[int], contexts: list[list[int]], done: list[int],
                 k: int) -> list[list[int]]:
         """Up to `k` draft tokens for each live row (`rows`: its index in the batch;
         `contexts`: its prompt + response so far; `done`: its response length so far)."""
         raise NotImplementedError
+
+    def draft(self, ctx: DraftContext) -> tuple[list[list[int]], list | None]:
+        """(drafts, q): each live row's drafted tokens and, for a drafter that samples them, the
+        distribution each was drawn from ([len(draft), V] per row); None: point masses."""
+        return self.propose(ctx.rows, ctx.contexts(), ctx.done, ctx.k), None
 
     def accept(self, p_x: float, row: int, pos: int, u: float) -> bool:
         return u < p_x
@@ -98,16 +136,49 @@ class LookupDrafter(Drafter):
 
 
 class ReuseDrafter(Drafter):
-    """Each row's previous response with its stored log-probs (`prepare`), SPEC-RL's rule."""
+    """Each row's previous response with its stored log-probs (`prepare`), SPEC-RL's rule.
+
+    In the trainer (features/drafts.py) the responses come from `store`: the last responses of
+    each prompt id with the log-probs of the distribution they were sampled from (`remember`),
+    the k-th row of a prompt in a batch drafting from its k-th stored response
+    (`prepare_prompts`)."""
 
     name = "reuse"
     exact = False
+    drafts_first = True  # the old response from its first token on (SPEC-RL)
 
     def __init__(self, lenience: float = math.exp(0.5)):
         self.lenience, self.old, self.old_logprobs = lenience, [], []
+        self.store: dict[str, list[list]] = {}  # prompt id -> [[tokens, log-probs], ...]
 
     def prepare(self, old: list[list[int]], old_logprobs: list[list[float]]) -> None:
         self.old, self.old_logprobs = old, old_logprobs
+
+    def prepare_prompts(self, prompt_ids: Sequence[str]) -> None:
+        """Per batch row, the stored response of its prompt id (none: no draft)."""
+        seen: dict[str, int] = {}
+        old, lps = [], []
+        for pid in prompt_ids:
+            k = seen[pid] = seen.get(pid, -1) + 1
+            kept = self.store.get(pid, [])
+            tokens, lp = kept[k] if k < len(kept) else ([], [])
+            old.append(list(tokens))
+            lps.append(list(lp))
+        self.prepare(old, lps)
+
+    def remember(self, prompt_ids: Sequence[str], responses: Sequence[Sequence[int]],
+                 logprobs: Sequence[Sequence[float]]) -> None:
+        """The batch's responses replace what was stored for their prompt ids."""
+        fresh: dict[str, list[list]] = {}
+        for pid, tokens, lp in zip(prompt_ids, responses, logprobs):
+            fresh.setdefault(pid, []).append([list(tokens), list(lp)])
+        self.store.update(fresh)
+
+    def state_dict(self):
+        return {"store": self.store}
+
+    def load_state_dict(self, state):
+        self.store = {k: [[list(t), list(lp)] for t, lp in v] for k, v in state["store"].items()}
 
     def propose(self, rows, contexts, done, k):
         out = []
@@ -122,7 +193,31 @@ class ReuseDrafter(Drafter):
         return u < min(1.0, self.lenience * p_x / max(q, 1e-30))
 
 
-def get_drafter(name: str) -> Drafter | None:
+def resolve(drafter: Drafter, p, x: int, u: float, row: int, pos: int,
+            q=None) -> tuple[int, bool]:
+    """(token, accepted) at one drafted position of row `row`: target probabilities `p` [V],
+    draft token `x`, a fresh uniform `u`. Drawn from a distribution `q` [V]: accept with
+    min(1, p(x) / q(x)), else sample max(0, p - q) renormalised (draft_model.py). A point mass
+    of an exact drafter: accept with p(x), else sample p without x (module docstring); reuse
+    (not exact): its own rule, else a fresh sample from p."""
+    if q is not None:
+        if u < min(1.0, float(p[x]) / float(q[x])):  # q(x) > 0: x was drawn from q
+            return x, True
+        rest = (p - q).clamp_min(0)
+    elif drafter.accept(float(p[x]), row, pos, u):
+        return x, True
+    elif drafter.exact:  # the residual of a point mass: p without x
+        rest = p.clone()
+        rest[x] = 0
+    else:  # SPEC-RL: a fresh sample from p at the first rejection
+        rest = p
+    rest = rest / rest.sum() if rest.sum() > 0 else p  # 0 only where rejection has chance 0
+    return int(torch.multinomial(rest, 1)), False
+
+
+def get_drafter(name: str, cfg=None) -> Drafter | None:
+    """The drafter called `name` (one of DRAFTS; "none": None), with `cfg`'s (PPOConfig)
+    parameters where it has any; a one-line error for an unknown name."""
     from rlhf.pipeline.config import ConfigError
 
     if name == "none":
@@ -131,6 +226,10 @@ def get_drafter(name: str) -> Drafter | None:
         return LookupDrafter()
     if name == "reuse":
         return ReuseDrafter()
+    if name == "model":
+        from rlhf.pipeline.draft_model import ModelDrafter
+
+        return ModelDrafter(getattr(cfg, "draft_layers", 0))
     raise ConfigError(f"unknown draft {name!r}; drafts: {', '.join(DRAFTS)}")
 
 
@@ -166,6 +265,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     prompts = [ids[i][mask[i].bool()].tolist() for i in range(B)]
     gen: list[list[int]] = [[] for _ in range(B)]
     lp: list[list[float]] = [[] for _ in range(B)]
+    slp: list[list[float]] = [[] for _ in range(B)]  # log-probs under the sampled distribution
     ent: list[list[float]] = [[] for _ in range(B)]
     kept: list[list] = [[] for _ in range(B)]  # raw logits / temperature (keep_logits)
 
@@ -173,11 +273,12 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         logp = torch.log_softmax(raw.float() / (temp + 1e-7), -1)
         return logp.tolist(), (-(logp.exp() * logp).nansum(-1)).tolist()
 
-    def emit(i, tok, logp_row, ent_row, raw_row):
+    def emit(i, tok, logp_row, ent_row, raw_row, p_row):
         if keep_logits:
             kept[i].append(raw_row.float() / (temp + 1e-7))
         gen[i].append(tok)
         lp[i].append(logp_row[tok])
+        slp[i].append(math.log(float(p_row[tok])))  # > 0: tok was drawn or accepted under p
         ent[i].append(ent_row)
 
     cache = DynamicCache()
@@ -185,18 +286,29 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
                 cache=cache, use_cache=True)
     forwards, token_forwards, batch_sizes, drafted, accepted = 1, B * P, [B], 0, 0
     raw0 = out.logits[:, -1]
-    first = torch.multinomial(target(raw0), 1).squeeze(1).tolist()
+    p0 = target(raw0)
+    first = torch.multinomial(p0, 1).squeeze(1).tolist()
     lp0, ent0 = scored(raw0)
+    if drafter.drafts_first:  # a first drafted token is verified on the prefill's p: no forward
+        d0 = drafter.propose(list(range(B)), [list(x) for x in prompts], [0] * B, 1)
+        u0 = torch.rand(B).tolist()
+        for i, d in enumerate(d0):
+            if d:
+                first[i], ok = resolve(drafter, p0[i], d[0], u0[i], i, 0)
+                drafted, accepted = drafted + 1, accepted + ok
     for i in range(B):
-        emit(i, first[i], lp0[i], ent0[i], raw0[i])
+        emit(i, first[i], lp0[i], ent0[i], raw0[i], p0[i])
     live = [i for i in range(B) if not (first[i] == eos or budget <= 1)]
     keep = torch.tensor(live, dtype=torch.long, device=dev)
     cache.batch_select_indices(keep)
     live_mask, next_pos = mask[keep], mask.sum(1)[keep]
+    costs = {"draft_forwards": 0, "draft_token_forwards": 0, "draft_share": 0.0}
     while live:
         left = [budget - len(gen[i]) for i in live]           # tokens each row may still add
-        drafts = drafter.propose(live, [prompts[i] + gen[i] for i in live],
-                                 [len(gen[i]) for i in live], k)
+        last = torch.tensor([gen[i][-1] for i in live], dtype=torch.long, device=dev)
+        drafts, qs = drafter.draft(DraftContext(
+            live, prompts, gen, min(k, max(left) - 1), model, cache, last, live_mask, next_pos,
+            target, eos, costs))
         drafts = [d[: max(n - 1, 0)] for d, n in zip(drafts, left)]
         K = max(len(d) for d in drafts)
         block = torch.full((len(live), 1 + K), fill, dtype=torch.long, device=dev)
@@ -214,32 +326,25 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         raw = out.logits                                        # [n, 1 + K, V]
         p = target(raw.reshape(-1, raw.shape[-1])).reshape(raw.shape)
         logp, ents = scored(raw)
-        p_draft = p[:, :K].gather(2, block[:, 1:, None]).squeeze(2).tolist()
         uniforms = torch.rand(len(live), K).tolist()  # fresh, drawn after the drafts
         still, n_acc = [], []
         for r, (i, d) in enumerate(zip(live, drafts)):
             drafted += len(d)
             a, stop = 0, False
             for j, x in enumerate(d):
-                if drafter.accept(p_draft[r][j], i, len(gen[i]), uniforms[r][j]):
-                    emit(i, x, logp[r][j], ents[r][j], raw[r, j])
-                    a += 1
-                    if x == eos:
-                        stop = True
-                        break
-                    continue
-                if drafter.exact:  # the residual of a point mass: p without x
-                    rest = p[r, j].clone()
-                    rest[x] = 0
-                    rest = rest / rest.sum() if rest.sum() > 0 else p[r, j]
-                else:               # SPEC-RL: a fresh sample from p at the first rejection
-                    rest = p[r, j]
-                emit(i, int(torch.multinomial(rest, 1)), logp[r][j], ents[r][j], raw[r, j])
-                break
+                tok, ok = resolve(drafter, p[r, j], x, uniforms[r][j], i, len(gen[i]),
+                                  None if qs is None else qs[r][j])
+                emit(i, tok, logp[r][j], ents[r][j], raw[r, j], p[r, j])
+                if not ok:  # the first rejection ends the row's drafts
+                    break
+                a += 1
+                if x == eos:
+                    stop = True
+                    break
             else:
                 if not stop:  # every draft accepted: one more token from the last position
                     emit(i, int(torch.multinomial(p[r, len(d)], 1)), logp[r][len(d)],
-                         ents[r][len(d)], raw[r, len(d)])
+                         ents[r][len(d)], raw[r, len(d)], p[r, len(d)])
             accepted += a
             n_acc.append(a)
             slots = torch.zeros(1 + K, dtype=live_mask.dtype, device=dev)
@@ -256,16 +361,18 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     for i in range(B):  # the cut at the first eos (the budget is never overshot)
         if eos in gen[i]:
             cut = gen[i].index(eos) + 1
-            gen[i], lp[i], ent[i] = gen[i][:cut], lp[i][:cut], ent[i][:cut]
+            gen[i], lp[i], ent[i], slp[i] = gen[i][:cut], lp[i][:cut], ent[i][:cut], slp[i][:cut]
             kept[i] = kept[i][:cut]
     T = max(len(g) for g in gen)
     seq = torch.full((B, P + T), fill, dtype=torch.long, device=dev)
     seq[:, :P] = ids
     logprobs, entropy = torch.zeros(B, T, device=dev), torch.zeros(B, T, device=dev)
+    sampled = torch.zeros(B, T, device=dev)
     for i in range(B):
         n = len(gen[i])
         seq[i, P: P + n] = torch.tensor(gen[i], device=dev)
         logprobs[i, :n], entropy[i, :n] = torch.tensor(lp[i]), torch.tensor(ent[i])
+        sampled[i, :n] = torch.tensor(slp[i])
     logits = None
     if keep_logits:
         logits = torch.zeros(B, T, raw0.shape[-1], device=dev)
@@ -274,5 +381,5 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     drafter.observe(gen)
     return Generated(sequences=seq, prompt_len=P, forwards=forwards,
                      token_forwards=token_forwards, batch_sizes=batch_sizes,
-                     logprobs=logprobs, entropy=entropy, logits=logits, drafted=drafted,
-                     accepted=accepted)
+                     sampled_logprobs=sampled, logprobs=logprobs, entropy=entropy,
+                     logits=logits, drafted=drafted, accepted=accepted, **costs)

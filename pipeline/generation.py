@@ -144,6 +144,9 @@ class Generated:
     logits: object = None
     drafted: int = 0            # tokens a drafter proposed (pipeline/drafters.py)
     accepted: int = 0           # of those, accepted by the verification rule
+    draft_forwards: int = 0     # sequential forwards of a draft model (draft_model.py)
+    draft_token_forwards: int = 0  # token positions it pushed through its layers ...
+    draft_share: float = 0.0    # ... which are this share of the policy's layers
 
     @property
     def tokens(self):
@@ -177,13 +180,21 @@ class HFGenerator(Generator):
 
     def generate(self, model, tokenizer, enc, sampling, *, logits_processors=(),
                  stopping_criteria=(), suppress_pad=True, keep_logits=False) -> Generated:
-        out = generate(model, tokenizer, enc, sampling, logits_processors=logits_processors,
-                       stopping_criteria=stopping_criteria, suppress_pad=suppress_pad).sequences
+        import torch
+
+        made = generate(model, tokenizer, enc, sampling, logits_processors=logits_processors,
+                        stopping_criteria=stopping_criteria, suppress_pad=suppress_pad,
+                        output_logits=keep_logits)
+        out = made.sequences
         P = enc["input_ids"].shape[1]
         steps = out.shape[1] - P
+        logits = None
+        if keep_logits:  # model.generate's raw logits (before every processor) / temperature
+            temp = 1.0 if sampling.greedy else sampling.temperature
+            logits = torch.stack(made.logits, 1).float() / (temp + 1e-7)
         return Generated(sequences=out, prompt_len=P, forwards=steps,
                          token_forwards=out.shape[0] * (P + max(steps - 1, 0)),
-                         batch_sizes=[out.shape[0]] * steps)
+                         batch_sizes=[out.shape[0]] * steps, logits=logits)
 
 
 class NativeGenerator(Generator):

@@ -27,7 +27,10 @@ class Sample:
     prompt_index: int
     response: str
     n_tokens: int  # generated tokens, EOS included when the policy stopped by itself
-    logprobs: tuple[float, ...]  # the policy's (untempered) log-prob of each generated token
+    # the log-prob of each generated token under the distribution it was sampled at: the
+    # full-vocabulary softmax of logits / temperature (before top-p; greedy: temperature 1),
+    # the PPO trainer's old-log-prob definition (generation.py)
+    logprobs: tuple[float, ...]
 
     @property
     def logprob_std(self) -> float:
@@ -111,24 +114,29 @@ def load_policy(path: str | Path):
 
 def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens: int = 48,
            temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, batch_size: int = 64,
-           progress=None) -> list[list[Sample]]:
+           progress=None, engine: str = "hf", cost: dict | None = None) -> list[list[Sample]]:
     """`n` sampled responses per prompt (temperature 0: greedy), as a list per prompt.
 
     Prompts are rendered with `format_prompt`; `progress(k)` is called after each batch of k
-    prompts (for a progress bar).
+    prompts (for a progress bar). `engine` (generation.get_generator: "hf" or "native") samples
+    them; `n` > 1 repeats each prompt's row n times (what model.generate's
+    num_return_sequences does), and greedy decodes once and copies. `cost`: when given, the
+    engine's counted `forwards` and `token_forwards` of every batch are added to it.
     """
     import torch
 
-    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, generate
+    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
     from rlhf.pipeline.progress import advance_or_bar
 
     out: list[list[Sample]] = [[] for _ in prompts]
     if not prompts:
         return out
+    gen_engine = get_generator(engine)
     pad_side = tokenizer.padding_side
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     settings = Sampling(temperature, top_p, max_new_tokens)
+    reps = 1 if settings.greedy else n
     per_batch = max(1, batch_size // max(1, n))
     try:
         with advance_or_bar(progress, f"sampling {n} per prompt", len(prompts),
@@ -136,14 +144,19 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
             for b, start in enumerate(range(0, len(prompts), per_batch)):
                 chunk = list(prompts[start:start + per_batch])
                 enc = encode_prompts(tokenizer, chunk)
+                enc = {k: v.repeat_interleave(reps, 0) for k, v in enc.items()}
                 torch.manual_seed(seed * 1_000_003 + b)
                 with torch.no_grad():
-                    gen = generate(model, tokenizer, enc, settings, num_return_sequences=n,
-                                   output_logits=True)
-                new = gen.sequences[:, enc["input_ids"].shape[1]:]  # [rows, T_new]
-                logits = torch.stack(gen.logits, dim=1).float()  # [rows, T_new, V] (untempered)
-                logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-                reps = 1 if settings.greedy else n
+                    made = gen_engine.generate(model, tokenizer, enc, settings,
+                                               keep_logits=not gen_engine.has_logprobs)
+                if cost is not None:
+                    cost["forwards"] = cost.get("forwards", 0) + made.forwards
+                    cost["token_forwards"] = cost.get("token_forwards", 0) + made.token_forwards
+                new = made.tokens  # [rows, T_new]
+                logp = made.logprobs  # [rows, T_new] log-probs under logits / temperature
+                if logp is None:
+                    logp = torch.log_softmax(made.logits, -1).gather(
+                        -1, new.unsqueeze(-1)).squeeze(-1)
                 for row in range(new.shape[0]):
                     ids = cut_at_eos(new[row].tolist(), eos, pad)
                     text = tokenizer.decode(ids, skip_special_tokens=True)

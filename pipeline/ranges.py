@@ -130,6 +130,8 @@ RANGES: dict[str, dict[str, Spec]] = {
         "prune_calibration_steps": COUNT, "prune_ngram": NONNEG, "prune_top_k": COUNT,
         "resample_sigma": Range(0, 5), "resample_low_frac": PROB, "resample_max_share": PROB,
         "group_size": COUNT, "dynamic_sampling_rounds": COUNT, "draft_k": COUNT,
+        "draft_layers": NONNEG,
+        "replay_size": COUNT, "replay_fraction": Range(0, 1, lo_open=True, hi_open=True),
     },
     "SftConfig": {
         "lora_r": COUNT, "lora_alpha": COUNT, "epochs": POS, "learning_rate": POS,

@@ -40,3 +40,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_params_record():
+    """Each test starts with an empty record of what params a command read (cli/common
+    `params_read`, which a report's `params` holds): commands run in-process by an earlier test
+    of the same worker must not show up in this one's reports."""
+    from rlhf.cli.common import forget_params_read
+
+    forget_params_read()
+    yield

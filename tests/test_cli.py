@@ -127,3 +127,29 @@ def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_pa
     # no wall-clock figure is a headline: the headlines hold only what the inputs determine
     for stage, keys in TIMINGS.items():
         assert not set(HEADLINES[stage]) & set(keys), stage
+
+
+def test_a_report_holds_every_param_its_command_read(tmp_path):
+    """`params` in a stage's report: each value the command read through `load_config`, by
+    section; a section read for a few fields holds those fields only. The metrics file never
+    holds them (headlines only)."""
+    import json
+
+    import yaml
+    from rlhf.cli.common import load_config, params_read, write_metrics
+    from rlhf.pipeline.config import complete_section
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "difficulty": complete_section("difficulty", {"seed": 5}),
+        "ppo": complete_section("ppo", {"temperature": 0.7, "top_p": 0.9})}))
+    cfg = load_config(params, "difficulty")
+    load_config(params, "ppo", ("temperature", "top_p"))
+    assert params_read()["ppo"] == {"temperature": 0.7, "top_p": 0.9}
+    assert params_read()["difficulty"]["seed"] == cfg.seed == 5
+    write_metrics("difficulty", {"n_prompts": 3}, tmp_path / "m.json", tmp_path / "r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["params"]["ppo"] == {"temperature": 0.7, "top_p": 0.9}
+    assert report["params"]["difficulty"]["seed"] == 5
+    assert set(report["params"]["difficulty"]) == set(complete_section("difficulty", {}))
+    assert "params" not in json.loads((tmp_path / "m.json").read_text())

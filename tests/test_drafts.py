@@ -1,7 +1,8 @@
 """Drafts verified exactly: the distribution of the first three tokens under drafted decoding,
 enumerated from a tiny model's logits, against 20,000 samples (chi-square at p < 1e-6, fixed
-seed: deterministic); SPEC-RL's reuse rule fails the same test. Greedy drafted decoding equals
-the plain native engine, and a restored lookup drafter drafts the same."""
+seed: deterministic), for point-mass drafts and for the self-speculative draft model's sampled
+drafts; SPEC-RL's reuse rule fails the same test. Greedy drafted decoding equals the plain
+native engine, and a restored lookup drafter drafts the same."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import types
 import pytest
 import torch
 from ppo_tiny import PROMPTS, policy, tokenizer
+from rlhf.pipeline.draft_model import ModelDrafter
 from rlhf.pipeline.drafters import Drafter, LookupDrafter, ReuseDrafter, drafted_generate
 from rlhf.pipeline.generation import Sampling, encode_prompts, get_generator
 from scipy.stats import chi2
@@ -22,16 +24,30 @@ SAMPLING = Sampling(1.0, 0.95, 4)  # drafts verified at tokens 2 and 3
 TOK = types.SimpleNamespace(pad_token_id=PAD, eos_token_id=None)
 
 
-@pytest.fixture(scope="module")
-def model():
+def small_llama(layers: int):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16,
-                      pad_token_id=PAD, bos_token_id=None, eos_token_id=None,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32,
+                      num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=16, pad_token_id=PAD, bos_token_id=None,
+                      eos_token_id=None, tie_word_embeddings=False)
     m = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         m.lm_head.weight.mul_(10.0)  # peaked distributions: drafts are accepted or not
+    return m
+
+
+@pytest.fixture(scope="module")
+def model():
+    return small_llama(1)
+
+
+@pytest.fixture(scope="module")
+def deep():
+    """Two layers whose second moves the output far from the first's: a draft model of layer
+    one alone (ModelDrafter(1)) then has a q unlike p, so many drafts are rejected."""
+    m = small_llama(2)
+    with torch.no_grad():
+        m.model.layers[1].mlp.down_proj.weight.mul_(50.0)
     return m
 
 
@@ -44,6 +60,15 @@ def target(logits):
 
 @pytest.fixture(scope="module")
 def exact(model):
+    return enumerated(model)
+
+
+@pytest.fixture(scope="module")
+def exact_deep(deep):
+    return enumerated(deep)
+
+
+def enumerated(model):
     """{(t1, t2, t3): probability} and the conditionals, by enumeration (no cache)."""
     with torch.no_grad():
         p1 = target(model(torch.tensor([PROMPT])).logits[0, -1])
@@ -132,6 +157,51 @@ def test_the_reuse_rule_fails_the_same_test(model, exact):
           "bound", round(bound, 1))
     assert stat > bound, (stat, bound)
     assert made.accepted > 0
+
+
+def test_model_drafts_sample_the_policys_distribution(deep, exact_deep):
+    """The draft model's sampled drafts, verified with min(1, p/q) and the residual
+    max(0, p - q): often rejected here (q is far from p), and the samples still the policy's."""
+    joint, _ = exact_deep
+    stat, bound, made = chi_square(deep, joint, ModelDrafter(1))
+    rate = made.accepted / made.drafted
+    print("model acceptance", round(rate, 3), "chi2", round(stat, 1), "bound", round(bound, 1))
+    assert stat < bound, (stat, bound)
+    assert made.drafted > N and 0.3 < rate < 0.9  # verified, and rejected often
+    assert made.draft_forwards > 0 and made.draft_token_forwards >= made.drafted
+    assert made.draft_share == 0.5
+
+
+def test_the_residual_is_what_makes_model_drafts_exact(deep, exact_deep, monkeypatch):
+    """The same test fails when a rejected draft is followed by a fresh sample from p instead of
+    the residual max(0, p - q): the test can tell the exact rule from a near miss."""
+    from rlhf.pipeline import drafters
+
+    real = drafters.resolve
+
+    def fresh_after_reject(drafter, p, x, u, row, pos, q=None):
+        tok, ok = real(drafter, p, x, u, row, pos, q)
+        return (tok, ok) if ok else (int(torch.multinomial(p, 1)), False)
+
+    monkeypatch.setattr(drafters, "resolve", fresh_after_reject)
+    stat, bound, _ = chi_square(deep, exact_deep[0], ModelDrafter(1))
+    assert stat > bound, (stat, bound)
+
+
+def test_greedy_model_drafts_equal_native_and_pay():
+    tok = tokenizer()
+    m = policy(tok)
+    enc = encode_prompts(tok, PROMPTS[:6])
+    s = Sampling(0.0, 1.0, 12)
+    plain = get_generator("native").generate(m, tok, enc, s)
+    drafter = ModelDrafter(0)  # a quarter of 2 layers: 1
+    made = drafted_generate(m, tok, enc, s, drafter, k=4)
+    assert made.tokens.tolist() == plain.tokens.tolist()
+    assert made.accepted > 0 and made.forwards < plain.forwards
+    assert made.draft_share == 0.5 and drafter.layers_of(m) == 1
+    again = ModelDrafter(3)
+    again.load_state_dict(drafter.state_dict())
+    assert again.draft_layers == 0
 
 
 def test_greedy_drafted_equals_native_and_a_restored_lookup_drafts_the_same():

@@ -123,3 +123,55 @@ def test_the_plots_name_the_metrics_csv_columns():
                 if "artifacts/ppo/metrics.csv" in p)
     assert plot["x"] in CSV_COLUMNS and set(plot["y"]) <= set(CSV_COLUMNS)
     assert set(SIX_METRICS.values()) <= set(TABLES["train_metrics"].names)
+
+
+# Params a stage reads only while a switch is on (that switch's value): dvc.yaml declares them
+# all the same, so flipping the switch in params.yaml reruns the stage with them.
+CONDITIONAL = {"ppo": {"judge": {"ppo.heldout_eval": True},
+                       **{f"preferences.{k}": {"ppo.human_labels_per_step": 1}
+                          for k in ("annotators", "seed", "labels")}}}
+
+
+def _entries_read(read: dict) -> set[str]:
+    return set(read) | {f"{s}.{k}" for s, values in read.items() for k in values}
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_stage_reads_every_param_its_dvc_stage_declares(stage, tmp_path, monkeypatch):
+    """The other direction: a param dvc.yaml declares that the stage never reads (a stale entry,
+    or one a constant shadows at load time) fails. `load_config`, the one loader every command
+    reads its params with, records what it returned (common.params_read); the stage's report
+    holds that record as `params`."""
+    from rlhf.cli.common import params_read
+
+    _run_as_dvc(stage, tmp_path, _only(_declared(stage)), monkeypatch)
+    read = params_read()
+    unread = [e for e in _declared(stage) if e not in _entries_read(read)]
+    # a section a switch makes the stage read: read once that switch is on
+    switched = {e: on for e, on in CONDITIONAL.get(stage, {}).items() if e in unread}
+    for entry, on in switched.items():
+        section, _, key = next(iter(on)).partition(".")
+        params = _only(_declared(stage))
+        params[section] = {**params[section], key: on[f"{section}.{key}"]}
+        _run_as_dvc(stage, tmp_path, params, monkeypatch)
+        assert entry in _entries_read(params_read()), (entry, on)
+        unread.remove(entry)
+        read = {**params_read(), **read}
+    assert not unread, f"{stage}: declared in dvc.yaml but never read: {unread}"
+    for entry in _declared(stage):  # and the values read are the file's
+        section, _, key = entry.partition(".")
+        want = PARAMS[section] if not key else {key: PARAMS[section][key]}
+        for k, v in want.items():
+            got = read[section][k]
+            assert got == v or (isinstance(v, dict) and all(got[x] == y for x, y in v.items())), \
+                (entry, k)
+
+
+def test_an_unread_declared_param_is_caught(tmp_path, monkeypatch):
+    """The check above has teeth: had dvc.yaml declared `sft` for the world stage, the record
+    of what the stage read would not hold it."""
+    from rlhf.cli.common import params_read
+
+    _run_as_dvc("world", tmp_path, {**_only(_declared("world")), "sft": PARAMS["sft"]},
+                monkeypatch)
+    assert "world" in params_read() and "sft" not in _entries_read(params_read())

@@ -200,3 +200,63 @@ def test_lookup_drafts_through_generate_rollout_are_counted_and_still_skip_the_p
 def test_drafts_need_the_native_engine():
     with pytest.raises(ConfigError, match="needs ppo.engine: native"):
         PPOConfig(draft="lookup")
+
+
+def stopping_policy(tok, shift: float = -0.3):
+    """The tiny policy with its eos logit moved along the mean hidden state, so that greedy rows
+    stop at different lengths (the test asserts it)."""
+    model = policy(tok)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        h = model(**enc, output_hidden_states=True).hidden_states[-1].mean((0, 1))
+        model.lm_head.weight[tok.eos_token_id] += shift * h / h.norm() ** 2
+    return model
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_policy_sample_greedy_native_equals_hf(world, n):
+    """The sampling stages' seam (policy.sample): greedy `native` gives `hf`'s responses and
+    log-probs, one or several per prompt, for fewer counted token-forwards."""
+    from rlhf.pipeline.policy import sample
+
+    tok, _ = world
+    model = stopping_policy(tok)
+    counts, outs = {}, {}
+    for engine in ("hf", "native"):
+        counts[engine] = {}
+        outs[engine] = sample(model, tok, PROMPTS[:5], n=n, max_new_tokens=9, temperature=0.0,
+                              batch_size=6, engine=engine, cost=counts[engine])
+    hf, nat = outs["hf"], outs["native"]
+    assert [len(s) for s in nat] == [n] * 5
+    for a, b in zip(hf, nat):
+        assert [s.response for s in a] == [s.response for s in b]
+        assert [s.n_tokens for s in a] == [s.n_tokens for s in b]
+        for x, y in zip(a, b):
+            assert max(abs(u - v) for u, v in zip(x.logprobs, y.logprobs)) < TOLERANCE
+    assert len({s.n_tokens for ss in nat for s in ss}) > 2  # rows stop at different lengths
+    assert counts["native"]["token_forwards"] < counts["hf"]["token_forwards"]
+
+
+def test_policy_sample_n_per_prompt_repeats_rows_like_num_return_sequences(world):
+    """Sampled (not greedy) through hf: repeating each prompt's row n times draws what
+    model.generate(num_return_sequences=n) draws under the same seed; native samples n
+    responses per prompt too, each with its own log-probs."""
+    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, generate
+    from rlhf.pipeline.policy import sample
+
+    tok, model = world
+    got = sample(model, tok, PROMPTS[:4], n=3, max_new_tokens=6, temperature=0.9, seed=4,
+                 engine="hf")
+    enc = encode_prompts(tok, PROMPTS[:4])
+    torch.manual_seed(4 * 1_000_003)
+    with torch.no_grad():
+        seq = generate(model, tok, enc, Sampling(0.9, 1.0, 6), num_return_sequences=3).sequences
+    rows = [cut_at_eos(r, tok.eos_token_id, tok.pad_token_id)
+            for r in seq[:, enc["input_ids"].shape[1]:].tolist()]
+    assert [s.n_tokens for ss in got for s in ss] == [len(r) for r in rows]
+    nat = sample(model, tok, PROMPTS[:4], n=3, max_new_tokens=6, temperature=0.9, seed=4,
+                 engine="native")
+    assert [len(s) for s in nat] == [3] * 4
+    assert all(len(s.logprobs) == s.n_tokens and all(x < 0 for x in s.logprobs)
+               for ss in nat for s in ss)
+    assert len({s.response for ss in nat for s in ss}) > 4  # samples, not copies

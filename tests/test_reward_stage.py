@@ -93,7 +93,9 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     assert m["light_params"] < m["strong_params"]
     assert sum(r["n"] for r in m["accuracy_by_confidence"]) > 0
     drift = m["annotator_drift"]
-    assert drift["windows"] and all(v > 0.2 for v in drift["drift_per_day"].values())
+    # the true drift is 0.5 a day, but labels clip at 5, which flattens the fitted slope well
+    # below it (how far depends on the sample's gold mix); an annotator without drift fits 0
+    assert drift["windows"] and all(v > 0.1 for v in drift["drift_per_day"].values())
     assert m["external"].get("skipped")  # no external rows in this table
 
     strong, light = load_scorer(tmp_path / "rm_strong"), load_scorer(tmp_path / "rm_light")

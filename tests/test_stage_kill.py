@@ -197,7 +197,9 @@ REWARD_PARAMS = {"reward": {
     "train": {"epochs": 8, "learning_rate": 0.003, "batch_size": 16, "max_length": 64},
     "light": {"epochs": 8, "groups_per_batch": 8},
     "rollout_prompts": 30, "rollout_k": 3, "eval_prompts": 20, "eval_k": 2,
-    "max_new_tokens": 16, "external_sources": []},
+    # the side RM trains on the annotators' rankings here (the realdata profile's hh-rlhf pairs
+    # in production), so a kill can land in it too
+    "max_new_tokens": 16, "external_sources": ["annotator"], "external_epochs": 2.0},
     "ppo": {},  # the reward stage reads PPO's sampling settings
     "judge": {}}  # ... and its judge
 
@@ -247,39 +249,48 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
         assert _files(work / "models" / name) == want[name], name
     _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json")
 
-    # Kill as soon as the first strong member is trained and kept (a point the stage reports by
-    # its member checkpoint, not a moment): the rerun loads that member instead of retraining it
-    # and ends with the uninterrupted run's RM folders and metrics.
-    from rlhf.pipeline.reward.stage import MEMBER_MARK, member_checkpoints
+    # Kill as soon as a trained model is kept (a point the stage reports by its kept folder's
+    # mark, not a moment): the first strong member, the light RM, the external side RM. The
+    # rerun loads each model kept before the kill instead of training it again and ends with the
+    # uninterrupted run's RM folders and metrics.
+    from rlhf.pipeline.reward.keep import MARK, checkpoints_of
 
-    again = tmp_path / "again"
-    again.mkdir()
-    kept = member_checkpoints(again / "models" / "rm_strong")
-    proc = subprocess.Popen(cmd, cwd=again, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while not (kept / "member_0" / MEMBER_MARK).is_file():
-            assert proc.poll() is None, "the stage ended before its first member was kept"
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    for kill_after, loaded, trained in [
+            ("member_0", ["strong RM member 1/2: trained before the last run was stopped"],
+             ["training strong RM member 2/2", "distilling the light RM", "training an RM on"]),
+            ("external", ["strong RM member 2/2: trained before", "light RM: trained before",
+                          "external side RM: trained before"], [])]:
+        again = tmp_path / f"again_{kill_after}"
+        again.mkdir()
+        kept = checkpoints_of(again / "models" / "rm_strong")
+        proc = subprocess.Popen(cmd, cwd=again, env=_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not (kept / kill_after / MARK).is_file():
+                assert proc.poll() is None, f"the stage ended before {kill_after} was kept"
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
-    assert not (again / "models" / "rm_strong").exists()  # nothing visible until both RMs are
-    rerun = subprocess.run(cmd, cwd=again, env=_env(), capture_output=True, text=True,
-                           timeout=600, check=False)
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
-    said = " ".join((rerun.stdout + rerun.stderr).split())  # the log, unwrapped
-    assert "member 1/2: trained before the last run was stopped" in said
-    assert "training strong RM member 1/2" not in said and "training strong RM member 2/2" in said
-    assert not kept.exists() and _hidden(again) == []
-    for name in ("rm_strong", "rm_light"):
-        assert _files(again / "models" / name) == want[name], name
-    _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        assert not (again / "models" / "rm_strong").exists()  # nothing visible until both RMs are
+        rerun = subprocess.run(cmd, cwd=again, env=_env(), capture_output=True, text=True,
+                               timeout=600, check=False)
+        assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+        said = " ".join((rerun.stdout + rerun.stderr).split())  # the log, unwrapped
+        for line in loaded:
+            assert line in said, (kill_after, line)
+        for line in trained:
+            assert line in said, (kill_after, line)
+        assert "training strong RM member 1/2" not in said
+        assert not kept.exists() and _hidden(again) == []
+        for name in ("rm_strong", "rm_light"):
+            assert _files(again / "models" / name) == want[name], (kill_after, name)
+        _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json")
 
 
 # --- preferences (the tiny config of the reward test above, through the `rlhf` command) ----

@@ -27,6 +27,8 @@ class StepCost:
     rollouts_started: int = 0   # sequences generation was started for (resamples included)
     rollouts_trained: int = 0   # rollouts whose tokens reach the update
     rollouts_skipped: int = 0   # started but kept out of the update (fallback, pruned, gated)
+    rollouts_replayed: int = 0  # trained rollouts drawn from the replay buffer (features/replay.py;
+                                # generated, scored and counted at an earlier step)
     prompts_screened: int = 0   # prompts a prompt gate looked at and did not roll out
     light_rm_calls: int = 0     # texts the light RM scored
     light_rm_tokens: int = 0    # tokens it read
@@ -42,6 +44,9 @@ class StepCost:
     gen_token_forwards: int = 0     # token positions they pushed through the policy
     drafted_tokens: int = 0         # tokens a drafter proposed (engine.py)
     accepted_tokens: int = 0        # of those, accepted by the exact verification rule
+    draft_forwards: int = 0         # sequential forwards of the draft model (ppo.draft: model)
+    draft_token_forwards: int = 0   # token positions through it (its layers: the policy's
+                                    # first ppo.draft_layers)
     logprob_token_forwards: int = 0  # policy token-forwards of the old-log-prob pass
     logprob_passes_saved: int = 0   # old-log-prob passes skipped: the engine's sampled
                                     # distribution was reused (0 or 1 a step and process)

@@ -229,10 +229,19 @@ class PPOConfig:
     # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
     engine: Literal["hf", "native", "vllm"] = "hf"
     # pipeline/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
-    # responses, verified exactly), "reuse" (SPEC-RL's rule on stored old responses: an arm,
-    # not exact); up to `draft_k` drafted tokens per row and forward
-    draft: Literal["none", "lookup", "reuse"] = "none"
+    # responses, verified exactly), "model" (the policy's own first `draft_layers` layers with
+    # its head draft from a distribution q, verified exactly: pipeline/draft_model.py), "reuse"
+    # (SPEC-RL's rule on stored old responses: an arm, not exact); up to `draft_k` drafted
+    # tokens per row and forward
+    draft: Literal["none", "lookup", "reuse", "model"] = "none"
     draft_k: int = 4
+    draft_layers: int = 0  # the draft model's layers (0 = a quarter of the policy's)
+    # seed 000 §2.2's replay buffer (features/replay.py): once it holds enough, round(
+    # `replay_fraction` x batch_size) rows of each step are drawn from the last `replay_size`
+    # valid rollouts and trained with their stored old log-probs (the seed's buffer: 2,000)
+    replay_on: bool = False
+    replay_size: int = 2000
+    replay_fraction: float = 0.5
     # the keys of features registered outside this class ((key, value) pairs; `with_values`)
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -296,6 +305,7 @@ class PPOConfig:
                               f"got {self.engine!r}")
         if self.draft_k < 1:
             raise ConfigError(f"ppo.draft_k must be >= 1, got {self.draft_k}")
+        self._check_replay()
         if self.gradient_accumulation_steps < 1:
             raise ConfigError(f"ppo.gradient_accumulation_steps must be >= 1, "
                               f"got {self.gradient_accumulation_steps}")
@@ -374,6 +384,25 @@ class PPOConfig:
         if self.escalate_uncertain and not self.schedule_on:
             raise ConfigError("ppo.escalate_uncertain reads the rollout scheduler's "
                               "high-uncertainty clusters: it needs ppo.schedule_on")
+
+    def _check_replay(self) -> None:
+        """The replay buffer's fields (features/replay.py)."""
+        if not 0.0 < self.replay_fraction < 1.0:
+            raise ConfigError(f"ppo.replay_fraction is a share of the batch in (0, 1) (fresh "
+                              f"rollouts must keep filling the buffer), got {self.replay_fraction}")
+        if not self.replay_on:
+            return
+        n = round(self.replay_fraction * self.batch_size)
+        if not 1 <= n < self.batch_size:
+            raise ConfigError(f"ppo.replay_fraction x ppo.batch_size must round to between 1 and "
+                              f"batch_size - 1 rows, got {self.replay_fraction} x "
+                              f"{self.batch_size}")
+        if self.replay_size < n:
+            raise ConfigError(f"ppo.replay_size ({self.replay_size}) must hold at least the "
+                              f"{n} rows a step replays")
+        if self.advantage_estimator != "gae" or self.group_size != 1:
+            raise ConfigError("ppo.replay_on needs advantage_estimator gae with group_size 1 "
+                              "(a group estimator compares fresh samples of one prompt)")
 
     @property
     def level2_on(self) -> bool:

@@ -12,7 +12,6 @@ import contextlib
 import time
 
 import torch
-from rlhf.pipeline.config import ConfigError
 from rlhf.pipeline.drafters import drafted_generate, get_drafter
 from rlhf.pipeline.generation import (
     Sampling,
@@ -44,9 +43,10 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     become the fallback response with `valid=False` (no gradient, no score). `cost`
     (accounting.StepCost): the generation's forwards and token-forwards are added to it.
 
-    `ppo.draft: lookup` drafts through `drafter` (the trainer's, whose history carries across
-    steps; a fresh one when None) while no hook adds logits processors or stopping criteria
-    (their per-token calls do not line up with verified drafts: then plain native decoding)."""
+    `ppo.draft` drafts through `drafter`, else the one a generation hook holds (its `drafter`:
+    features/drafts.py, the trainer's, whose state carries across steps and checkpoints), else
+    a fresh one, while no hook adds logits processors or stopping criteria (their per-token
+    calls do not line up with verified drafts: then plain native decoding)."""
     from transformers import MaxTimeCriteria
 
     engine = get_generator(getattr(cfg, "engine", "hf"))
@@ -63,27 +63,29 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     started = time.monotonic()
     try:
         draft = getattr(cfg, "draft", "none")
-        if draft == "reuse":
-            raise ConfigError("ppo.draft 'reuse' needs the prompts' stored old responses, "
-                              "which the trainer does not pass yet; use 'lookup' or 'none'")
         plain = len(processors) == 0 and len(stops) == 1  # only the timeout
         if draft != "none" and cost is not None and not plain:
             cost.count("draft_off_for_hooks")
         with rollout_dropout(model, cfg):
             if draft != "none" and plain:
-                drafter = drafter or get_drafter(draft)
+                drafter = drafter or next((h.drafter for h in hooks
+                                           if getattr(h, "drafter", None) is not None), None)
+                drafter = drafter or get_drafter(draft, cfg)
                 made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k,
                                         keep_logits=cfg.kl_estimator == "full")
             else:
                 made = engine.generate(model, tok, enc, sampling_of(cfg),
                                        logits_processors=processors, stopping_criteria=stops,
-                                       keep_logits=cfg.kl_estimator == "full")
+                                       keep_logits=cfg.kl_estimator == "full"
+                                       and engine.has_logprobs)
         gen = made.tokens.cpu().tolist()
         if cost is not None:  # hf: every row stays in the batch until the last ends; native:
             cost.gen_forwards += made.forwards  # a stopped row leaves it
             cost.gen_token_forwards += made.token_forwards
             cost.drafted_tokens += made.drafted
             cost.accepted_tokens += made.accepted
+            cost.draft_forwards += made.draft_forwards
+            cost.draft_token_forwards += made.draft_token_forwards
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False
@@ -117,6 +119,10 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
                 response_mask=resp_mask.to(device), valid=torch.tensor(valid, device=device),
                 flags=flags, policy_version=version, extras={"generated_tokens": generated})
     attach_sampled(r, made, cfg)
+    if made is not None and made.sampled_logprobs is not None:  # what reuse drafts store
+        slp = made.sampled_logprobs.cpu().tolist()
+        r.extras["sampled_logprobs"] = [slp[i][: len(g)] if v else None
+                                        for i, (g, v) in enumerate(zip(responses, valid))]
     for h in hooks:
         h.finish(r)
     return r

@@ -21,6 +21,10 @@ a resumed run continues exactly.
   `StepCost` (its own counters through `cost.count(name, n)`).
 - `StepObserver` (after the step): sees every finished step's rows of all processes and its
   metrics (reward history for schedulers, RM evolution).
+- `ReplaySource` (before prompt selection and after the log-prob pass): says how many of the
+  step's rows it will supply from stored rollouts (the trainer then samples that many fewer
+  prompts), and adds them to the freshly sampled batch, whose rows it may store in turn (seed
+  000 §2.2's replay buffer, features/replay.py).
 
 Every hook may write rows of its own tables (`table_rows(step)`: {table: rows}, the tables its
 feature declares). `HookBase` gives the methods a hook does not need their no-op defaults.
@@ -108,6 +112,20 @@ class StepObserver(Hook, Protocol):
         ...
 
 
+@runtime_checkable
+class ReplaySource(Hook, Protocol):
+    def replayed(self, step: int, batch_size: int) -> int:
+        """How many of the step's `batch_size` rows come from stored rollouts (0: none)."""
+        ...
+
+    def mix(self, step: int, rollout, cost):
+        """After the log-prob pass: `rollout` plus the stored rows `replayed` announced, each
+        with its stored old log-probs, reference log-probs, KL and score (the importance ratio
+        is against the policy that generated it); the fresh rows may be stored. Adds what it
+        replayed to `cost`. Returns the batch the update trains on."""
+        ...
+
+
 class HookBase:
     """No-op defaults of the methods a hook does not need (state, tables, prepare, finish)."""
 
@@ -135,10 +153,12 @@ class RolloutHooks:
     generation: list = field(default_factory=list)
     post_scoring: list = field(default_factory=list)
     observers: list = field(default_factory=list)
+    replay: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         kinds = (("gates", PromptGate), ("generation", GenerationHook),
-                 ("post_scoring", PostScoringHook), ("observers", StepObserver))
+                 ("post_scoring", PostScoringHook), ("observers", StepObserver),
+                 ("replay", ReplaySource))
         for attr, proto in kinds:
             for h in getattr(self, attr):
                 if not isinstance(h, proto):
@@ -151,7 +171,7 @@ class RolloutHooks:
 
     def all(self) -> list:
         seen, out = set(), []
-        for h in self.gates + self.generation + self.post_scoring + self.observers:
+        for h in self.gates + self.generation + self.post_scoring + self.observers + self.replay:
             if id(h) not in seen:  # one object may implement several protocols
                 seen.add(id(h))
                 out.append(h)

@@ -228,6 +228,7 @@ class Recorder:
         light, strong = self.names[0][0], self.names[1][0] if self.names[1] else None
         light_version = r.extras.get("rm_version", self.names[0][1])
         strong_version = self.names[1][1] if self.names[1] else None
+        versions = r.extras.get("policy_version") or [None] * len(r)
         return [{
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
@@ -243,7 +244,9 @@ class Recorder:
             "tier": 2 if bool(r.escalated[i]) else 1, "prompt_tokens": int(r.query_mask[i].sum()),
             "response_tokens": int(r.response_mask[i].sum()),
             "generated_tokens": int(r.extras["generated_tokens"][i]), "kl": float(kl_seq[i]),
-            "flags": r.flags[i], "checkpoint_id": r.policy_version, "created_at": now,
+            "flags": r.flags[i], "created_at": now,
+            # the policy that generated the row (a replayed row: an earlier one)
+            "checkpoint_id": versions[i] or r.policy_version,
             # the RM (and its version: RM evolution swaps it) whose score this row's reward is
             "rm_version": (strong_version if bool(r.escalated[i])
                            else light_version if bool(r.valid[i]) or "gated" in r.flags[i]
@@ -263,8 +266,8 @@ class Recorder:
         if "rm_version" in r.extras:  # RM evolution: the version that scored this batch
             light = (light[0], r.extras["rm_version"], light[2])
         for i in range(len(r)):
-            if not bool(r.valid[i]) and "gated" not in r.flags[i]:
-                continue
+            if not bool(r.valid[i]) and "gated" not in r.flags[i] or "replayed" in r.flags[i]:
+                continue  # no score, or a replayed row's (written when it was scored)
             escalated = bool(r.escalated[i])
             scored = [(light, float(r.level1_scores[i]), float(r.level1_confidence[i]))]
             if escalated:

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 import torch
 
 
+# [B, T] fields the log-prob pass sets, which `cat` right-pads like the responses (a replayed
+# row brings them from when it was generated: features/replay.py)
+LOGPROB_FIELDS = ("logprobs", "ref_logprobs", "kl", "entropy")
+
+
 @dataclass
 class Rollout:
     # --- what was asked and generated
@@ -84,7 +89,8 @@ class Rollout:
     @staticmethod
     def cat(parts: list[Rollout], pad_id: int) -> Rollout:
         """Rows of `parts` one after another (queries re-padded on the left, responses on the
-        right); fields one part lacks are dropped; non-row extras come from the first part."""
+        right, and with them the per-token fields of the log-prob pass: `LOGPROB_FIELDS`);
+        fields one part lacks are dropped; non-row extras come from the first part."""
         def left(t, width, value):
             return torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
 
@@ -106,6 +112,8 @@ class Rollout:
             elif name in ("response", "response_mask"):
                 out[name] = torch.cat([right(v, T, pad_id if name == "response" else False)
                                        for v in vals])
+            elif name in LOGPROB_FIELDS:
+                out[name] = torch.cat([right(v, T, 0.0) for v in vals])
             elif torch.is_tensor(value) and value.dim() == 1:
                 out[name] = torch.cat(vals)
             elif isinstance(value, list):

@@ -217,7 +217,9 @@ class PPOTrainer:
         """One PPO step, top to bottom; returns its metrics (already logged)."""
         self.current_step = self.recorder.current_step = self.context.step = step
         cost = StepCost(features=dict.fromkeys(self.counters, 0))  # every declared counter
-        batch = self._my_share(self.select_prompts(step, cost))
+        # rows a replay source supplies from stored rollouts are not sampled again
+        replayed = sum(h.replayed(step, self.cfg.batch_size) for h in self.hooks.replay)
+        batch = self._my_share(self.select_prompts(step, cost, self.cfg.batch_size - replayed))
         with cost.phase("generate"):
             r = self.generate(batch, self.paths.checkpoint_id(step - 1), step, cost)
         cost.add_generated(sum(r.extras["generated_tokens"]), len(r))
@@ -225,6 +227,8 @@ class PPOTrainer:
             self.score(r, cost)
         with cost.phase("logprobs"):
             self.forward_logprobs(r, cost)
+            for h in self.hooks.replay:  # stored rows join with their stored old log-probs
+                r = h.mix(step, r, cost)
         with cost.phase("critic"):
             if self.learner.estimator.needs_critic:
                 self.learner.values(r, self.pad_id, self.scorer, cost)
@@ -250,12 +254,14 @@ class PPOTrainer:
         return metrics
 
     # ----------------------------------------------------------------- phases
-    def select_prompts(self, step: int, cost: StepCost) -> list[tuple[str, str]]:
+    def select_prompts(self, step: int, cost: StepCost,
+                       rows: int | None = None) -> list[tuple[str, str]]:
         """The step's global batch: sampler draws, passed through every prompt gate; skipped
-        prompts are replaced by further draws until `batch_size x processes` are kept (every
-        process computes the same decisions on the same global draws). With `group_size` k,
-        batch_size / k prompts a process, each sampled k times (`_my_share`)."""
-        need = self.cfg.batch_size * self.world // self.cfg.group_size
+        prompts are replaced by further draws until `rows` (default `batch_size`) x processes
+        are kept (every process computes the same decisions on the same global draws). With
+        `group_size` k, rows / k prompts a process, each sampled k times (`_my_share`)."""
+        rows = self.cfg.batch_size if rows is None else rows
+        need = rows * self.world // self.cfg.group_size
         if not self.hooks.gates:
             return self.sampler.next_batch(need)
         kept: list[tuple[str, str]] = []

@@ -111,9 +111,11 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         raise ValueError("no prompts to sample responses for")
     pool_cls, judge = world or default_world()
     model, tok = load_policy(policy_dir)
+    counted: dict = {}
     samples = sample(model, tok, [t for _, t in prompts], n=cfg.k, max_new_tokens=cfg.max_new_tokens,
                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
-                     batch_size=cfg.batch_size, progress=progress)
+                     batch_size=cfg.batch_size, progress=progress, engine=cfg.engine,
+                     cost=counted)
     responses = [[s.response for s in ss] for ss in samples]
     origins = [["policy"] * len(r) for r in responses]
     if cfg.demo_candidates:
@@ -149,6 +151,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         "mean_gold_score": sum(r["gold_score"] for r in rows) / max(1, len(rows)),
         "external": ext_counts,
         "n_external_pairs": len(expand_pairs(ext_rows)),
+        "sampling": {"engine": cfg.engine, **counted},  # the policy's counted forwards
     }
     return metrics
 

@@ -53,14 +53,17 @@ def within_prompt_spearman(scores: Sequence[float], gold: Sequence[float],
 
 def onpolicy_set(policy, tokenizer, prompts: Sequence[str], k: int, temperature: float,
                  top_p: float, max_new_tokens: int, seed: int, batch_size: int,
-                 judge: Callable[[str, str], float] | None = None) -> OnPolicySet:
-    """`k` samples per prompt from `policy` at these sampling settings, gold-scored."""
+                 judge: Callable[[str, str], float] | None = None,
+                 engine: str = "hf") -> OnPolicySet:
+    """`k` samples per prompt from `policy` at these sampling settings (through rollout
+    engine `engine`), gold-scored."""
     from rlhf.pipeline.policy import sample
 
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
     outs = sample(policy, tokenizer, list(prompts), n=k, max_new_tokens=max_new_tokens,
-                  temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size)
+                  temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+                  engine=engine)
     ps, rs, groups = [], [], []
     for p, ss in zip(prompts, outs):
         groups.append(list(range(len(rs), len(rs) + len(ss))))

@@ -100,7 +100,7 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
 
     fresh = sample(policy, tokenizer, list(eval_prompts), n=cfg.eval_k,
                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                   seed=cfg.seed + 2, batch_size=cfg.batch_size)
+                   seed=cfg.seed + 2, batch_size=cfg.batch_size, engine=cfg.engine)
     prompts = [p for p, ss in zip(eval_prompts, fresh) for _ in ss]
     responses = [s.response for ss in fresh for s in ss]
     is_policy = [True] * len(responses)
@@ -186,11 +186,12 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
         f"(T {sampling.temperature}, top-p {sampling.top_p}) for the on-policy Spearman")
     data = onpolicy_set(policy, tokenizer, prompts, cfg.onpolicy_k, sampling.temperature,
                         sampling.top_p, sampling.max_new_tokens, cfg.seed + 3, cfg.batch_size,
-                        judge)
+                        judge, engine=cfg.engine)
     out: dict[str, Any] = {"n_prompts": len(prompts), "k": cfg.onpolicy_k,
                            "sampling": {"temperature": sampling.temperature,
                                         "top_p": sampling.top_p,
-                                        "max_new_tokens": sampling.max_new_tokens},
+                                        "max_new_tokens": sampling.max_new_tokens,
+                                        "engine": cfg.engine},
                            "gold_mean": sum(data.gold) / max(len(data), 1)}
     from rlhf.pipeline.reward.augment import hack_probe
 
@@ -227,11 +228,14 @@ def _sign_bins(conf: Sequence[float], ok: Sequence[bool],
     return rows
 
 
-def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, strong, log
-                      ) -> dict[str, Any]:
+def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, strong, log,
+                      checkpoints: Path | None = None) -> dict[str, Any]:
     """An RM trained on the external sources' train pairs, tested on their held-out pairs; and
-    the strong (task) RM's zero-shot accuracy on the same held-out pairs."""
+    the strong (task) RM's zero-shot accuracy on the same held-out pairs. With `checkpoints`,
+    the side RM is kept there once trained and a rerun after a kill loads it (reward/keep.py)."""
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.preferences import expand_pairs
+    from rlhf.pipeline.reward.keep import fingerprint, kept_or_trained
     from rlhf.pipeline.reward.scorer import Scorer
     from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, train_rm
 
@@ -247,14 +251,21 @@ def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, s
         train = random.Random(cfg.seed).sample(train, min(len(train), cfg.external_train_pairs))
     if not train or not held:
         return {"skipped": "external pairs lack a train or a held-out part"}
-    log(f"training an RM on {len(train)} external pairs ({', '.join(cfg.external_sources)})")
     t0 = time.perf_counter()
     tcfg = RmTrainConfig(epochs=cfg.external_epochs, learning_rate=cfg.train.learning_rate,
                          batch_size=cfg.train.batch_size, max_length=cfg.external_max_length,
                          warmup_ratio=cfg.train.warmup_ratio, weight_decay=cfg.train.weight_decay,
                          center_rewards_coefficient=cfg.train.center_rewards_coefficient)
-    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed,
-                        precision=strong.precision)
+
+    def fit():
+        log(f"training an RM on {len(train)} external pairs ({', '.join(cfg.external_sources)})")
+        model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed,
+                            precision=strong.precision)
+        return model, {}
+
+    inputs = fingerprint({"train": effective(tcfg), "seed": cfg.seed, "init": init,
+                          "precision": strong.precision, "pairs": train})
+    model, _, _ = kept_or_trained(checkpoints, "external", inputs, fit, log, "external side RM")
     ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size,
                         precision=strong.precision)
     for source in cfg.external_sources:

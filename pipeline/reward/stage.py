@@ -30,10 +30,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
+from rlhf.pipeline.reward.keep import (
+    MARK,
+    checkpoints_of,
+    fingerprint,
+    folder_digest,
+    kept_or_trained,
+)
 
 # the report's steps (reward/report.py); bench/ imports fresh_samples and spearman from here
 from rlhf.pipeline.reward.report import (  # noqa: F401
@@ -75,6 +82,10 @@ class RewardConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
+    # the rollout engine that samples the SFT policy here (distillation rollouts, fresh and
+    # on-policy samples; pipeline/generation.py get_generator): "native" (a stopped row leaves
+    # the batch; the same distribution as "hf") or "hf" (model.generate)
+    engine: Literal["hf", "native"] = "native"
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
     # the preferences rows the RMs train on, by `source`: the annotators' rankings (embedded
@@ -199,7 +210,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
                                    else (cfg.temperature, 1.0, cfg.max_new_tokens))
     roll = sample(policy, tokenizer, list(rollout_prompts), n=cfg.rollout_k,
                   max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                  seed=cfg.seed + 1, batch_size=cfg.batch_size)
+                  seed=cfg.seed + 1, batch_size=cfg.batch_size, engine=cfg.engine)
     d_prompts: list[str] = []
     d_resps: list[str] = []
     groups: list[list[int]] = []
@@ -284,14 +295,9 @@ def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
         "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks)})
 
 
-MEMBER_MARK = ".complete"  # written into a member checkpoint once all of it is saved
-
-
-def member_checkpoints(out_strong: str | Path) -> Path:
-    """The hidden sibling of the strong RM folder that keeps each trained member until the stage
-    completes: a rerun after a kill loads the members already trained instead of retraining."""
-    out_strong = Path(out_strong)
-    return out_strong.parent / f".{out_strong.name}.checkpoints"
+# a strong member's kept folder is complete once this file is in it (reward/keep.py)
+MEMBER_MARK = MARK
+member_checkpoints = checkpoints_of  # the hidden sibling of the strong RM folder
 
 
 def _members_fingerprint(cfg: RewardConfig, init: str, train_pairs: list[dict],
@@ -326,37 +332,29 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
     """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
     With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
     found there complete and trained from the same inputs is loaded, not retrained."""
-    from rlhf.pipeline.reward.scorer import load_rm
     from rlhf.pipeline.reward.train import init_rm, train_rm
 
-    if checkpoints is not None:
-        stamp, fingerprint = checkpoints / "inputs.json", _members_fingerprint(
-            cfg, init, train_pairs, precision)
-        if not stamp.is_file() or stamp.read_text() != fingerprint:
+    members_fp = _members_fingerprint(cfg, init, train_pairs, precision)
+    if checkpoints is not None:  # kept models of other inputs: cleared at once
+        stamp = checkpoints / "inputs.json"
+        if not stamp.is_file() or stamp.read_text() != members_fp:
             shutil.rmtree(checkpoints, ignore_errors=True)
             checkpoints.mkdir(parents=True)
-            stamp.write_text(fingerprint)
+            stamp.write_text(members_fp)
     members, names = [], []
     for i in range(cfg.n_ensemble):
         name = f"member_{i}"
-        kept = checkpoints / name if checkpoints is not None else None
-        if kept is not None and (kept / MEMBER_MARK).is_file():
-            log(f"strong RM member {i + 1}/{cfg.n_ensemble}: trained before the last run was "
-                f"stopped, loaded from {kept}")
-            model = load_rm(kept)
-        else:
+
+        def train(i: int = i):
             log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
             data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
                     if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
             model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
                                 seed=cfg.seed + i, precision=precision)
-            if kept is not None:
-                shutil.rmtree(kept, ignore_errors=True)
-                model.save_pretrained(kept)
-                (kept / MEMBER_MARK).write_text("")
-                # score with the member as loaded, as a resumed run does (a freshly trained
-                # model's attention kernels can differ from a loaded one's in the last bits)
-                model = load_rm(kept)
+            return model, {}
+
+        model, _, _ = kept_or_trained(checkpoints, name, fingerprint([members_fp, name]), train,
+                                      log, f"strong RM member {i + 1}/{cfg.n_ensemble}")
         model.save_pretrained(folder / name)
         save_tokenizer(tok, folder / name)
         members.append(model)
@@ -423,23 +421,41 @@ def _references(data: TrainingData) -> tuple[list[str], list[str]]:
 
 def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, policy, ptok,
                   rollout_prompts: Sequence[str], data: TrainingData, sft_dir, demos_path,
-                  ppo_sampling, folder: Path, out_strong: Path, log):
+                  ppo_sampling, folder: Path, out_strong: Path, log,
+                  checkpoints: Path | None = None):
     """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
-    on them, its reference and temperature; saved to `folder`. Returns (light scorer, report)."""
+    on them, its reference and temperature; saved to `folder`. Returns (light scorer, report).
+    With `checkpoints`, the distilled model is kept there (reward/keep.py) and a rerun after a
+    kill loads it instead of distilling again."""
+    from rlhf.pipeline.config import effective
     from rlhf.pipeline.reward.confidence import fit_temperature
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
 
+    # the sampling and the strong RM's labels run in every run, a resumed one too: the strong
+    # scorer memoises what it scored, and a text scored in another batch can differ in its last
+    # bits, so skipping them would change the figures the report scores later
     log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
     d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, data.ann_rows,
                                              demos_path, ppo_sampling)
     targets, _ = strong(d_prompts, d_resps)
     ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
-    log(f"distilling the light RM on {len(ids)} strong-RM labels")
+
+    def train():
+        log(f"distilling the light RM on {len(ids)} strong-RM labels")
+        model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
+                              light_tok, ids, targets, groups, cfg.light, seed=cfg.seed,
+                              precision=strong.precision)
+        return model, {"distill_final_loss": hist[-1]["loss"] if hist else None}
+
+    # what the light RM is distilled from: this section, the strong member it starts from, the
+    # SFT policy (its layers, with init sft), and the labelled samples themselves
+    inputs = fingerprint({"reward": effective(cfg), "strong": folder_digest(strong_member),
+                          "sft": folder_digest(sft_dir), "ids": ids, "groups": groups,
+                          "targets": [float(t) for t in targets]})
     t0 = time.perf_counter()
-    light_model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
-                                light_tok, ids, targets, groups, cfg.light, seed=cfg.seed,
-                                precision=strong.precision)
+    light_model, trained, _ = kept_or_trained(checkpoints, "light", inputs, train, log,
+                                              "light RM")
     seconds = round(time.perf_counter() - t0, 1)
     ref_prompts, ref_resps = _references(data)
     light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
@@ -457,7 +473,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     return light, {
         "light_train_seconds": seconds,
         "n_distill_samples": len(ids),
-        "distill_final_loss": hist[-1]["loss"] if hist else None,
+        **trained,
         "light_heldout_accuracy": _accuracy(_pair_margins(light, data.held_pairs)[0]),
         "light_heldout_accuracy_vs_gold": _accuracy(
             _pair_margins(light, _gold_pairs(data.held_pairs))[0]),
@@ -527,7 +543,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
         light, report = step("light_distillation", distill_light, cfg, strong,
                              strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
-                             data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log)
+                             data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
+                             member_checkpoints(out_strong))
         metrics.update(report)
         metrics.update(step("fresh_figures", fresh_figures, cfg, strong, light, policy, ptok,
                             eval_prompts, demos_path, judge, log))
@@ -538,7 +555,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
             metrics.update(onpolicy_headlines(metrics["onpolicy"]))
         metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
         metrics["external"] = (
-            step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log)
+            step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log,
+                 member_checkpoints(out_strong))
             if cfg.external_rm else {"skipped": "reward.external_rm is off"})
     shutil.rmtree(member_checkpoints(out_strong), ignore_errors=True)  # both RMs are whole
     metrics["phase_seconds"] = step.seconds

@@ -45,7 +45,3 @@ register(Feature("native_engine", {"engine": "hf"},
                       "log-probs replace the old-log-prob pass (the same distribution)",
                  modules=("pipeline/engine.py", "pipeline/generation.py",
                           "pipeline/ppo/generate.py")))
-register(Feature("drafts", {"draft": "none"},
-                 help="drafted tokens verified in one forward: lookup (exact), reuse (SPEC-RL's "
-                      "rule, not exact)", params=("draft_k",),
-                 modules=("pipeline/drafters.py", "pipeline/engine.py")))

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipeline.ppo.hooks import GenerationHook, PostScoringHook, PromptGate, RolloutHooks, \
-    StepObserver
+from rlhf.pipeline.ppo.hooks import GenerationHook, PostScoringHook, PromptGate, ReplaySource, \
+    RolloutHooks, StepObserver
 
 
 def _option(name: str) -> str:
@@ -217,21 +217,22 @@ class FeatureContext:
 def build_hooks(cfg, ctx: FeatureContext, extra: list | None = None) -> RolloutHooks:
     """The hooks of every feature `cfg` turns on, in feature order, sorted into the four
     protocols (one object may implement several); `extra` hooks (a benchmark's probe) last."""
-    gates, gen, post, observers = [], [], [], []
+    gates, gen, post, observers, replay = [], [], [], [], []
     for f in on(cfg):
         if f.build is None:
             continue
         ctx.built[f.name] = hooks = list(f.build(cfg, ctx))
         for h in hooks:
-            _sort(h, gates, gen, post, observers)
+            _sort(h, gates, gen, post, observers, replay)
     for h in extra or []:
-        _sort(h, gates, gen, post, observers)
-    return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers)
+        _sort(h, gates, gen, post, observers, replay)
+    return RolloutHooks(gates=gates, generation=gen, post_scoring=post, observers=observers,
+                        replay=replay)
 
 
-def _sort(h, gates, gen, post, observers) -> None:
+def _sort(h, gates, gen, post, observers, replay) -> None:
     kinds = ((PromptGate, gates), (GenerationHook, gen), (PostScoringHook, post),
-             (StepObserver, observers))
+             (StepObserver, observers), (ReplaySource, replay))
     hit = False
     for proto, bucket in kinds:
         if isinstance(h, proto):
@@ -239,4 +240,5 @@ def _sort(h, gates, gen, post, observers) -> None:
             hit = True
     if not hit:
         raise TypeError(f"{type(h).__name__} implements none of the rollout protocols "
-                        f"(hooks.py: PromptGate, GenerationHook, PostScoringHook, StepObserver)")
+                        f"(hooks.py: PromptGate, GenerationHook, PostScoringHook, StepObserver, "
+                        f"ReplaySource)")

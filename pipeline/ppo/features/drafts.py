@@ -1,0 +1,60 @@
+"""Drafted decoding in the trainer (`ppo.draft`, pipeline/drafters.py): the run's drafter lives in
+a generation hook, so its state carries from step to step and is saved in every checkpoint with
+the other hooks' (a resumed run drafts what the uninterrupted one would): the lookup drafter's
+recent responses, the reuse drafter's stored responses per prompt (SPEC-RL's sample reuse), the
+draft model's depth (its weights are the policy's own, checkpointed with it).
+
+The hook adds no logits processor or stopping criterion (drafting needs none: generate.py turns
+drafts off when another hook adds some). `prepare` gives the reuse drafter each row's stored
+response by prompt id; `finish` stores the batch's responses with the log-probs of the
+distribution they were sampled from.
+
+    python -c "from rlhf.pipeline.ppo.features import FEATURES; print(FEATURES['drafts'].help)"
+"""
+
+from __future__ import annotations
+
+from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.ppo.hooks import HookBase
+
+
+class DraftHook(HookBase):
+    """Holds the run's drafter (`drafter`, which generate_rollout drafts with)."""
+
+    name = "drafts"
+
+    def __init__(self, cfg):
+        from rlhf.pipeline.drafters import get_drafter
+
+        self.drafter = get_drafter(cfg.draft, cfg)
+
+    def prepare(self, batch: list[tuple[str, str]]) -> None:
+        if hasattr(self.drafter, "prepare_prompts"):
+            self.drafter.prepare_prompts([pid for pid, _ in batch])
+
+    def processors(self, step: int, batch_size: int) -> tuple[list, list]:
+        return [], []
+
+    def finish(self, rollout) -> None:
+        if not hasattr(self.drafter, "remember"):
+            return
+        lps = rollout.extras.get("sampled_logprobs") or [None] * len(rollout)
+        keep = [i for i, lp in enumerate(lps) if lp is not None and bool(rollout.valid[i])]
+        mask = rollout.response_mask
+        self.drafter.remember([rollout.prompt_ids[i] for i in keep],
+                              [rollout.response[i][mask[i]].tolist() for i in keep],
+                              [lps[i] for i in keep])
+
+    def state_dict(self) -> dict:
+        return self.drafter.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drafter.load_state_dict(state)
+
+
+register(Feature("drafts", {"draft": "none"},
+                 help="drafted tokens verified in one forward: lookup and model (exact), "
+                      "reuse (SPEC-RL's rule, not exact)", params=("draft_k", "draft_layers"),
+                 build=lambda cfg, ctx: [DraftHook(cfg)],
+                 modules=("pipeline/drafters.py", "pipeline/draft_model.py",
+                          "pipeline/engine.py", "pipeline/ppo/features/drafts.py")))
