@@ -270,7 +270,7 @@ class PromptScheduler(HookBase):
         self._windows = _Windows(len(self.ids))
         for pid, rewards in self.history.items():
             if rewards and pid in self.index:
-                self._windows.set(self.index[pid], rewards)
+                self._windows.set(self.index[pid], rewards[-self.cfg.schedule_window:])
 
 
 class _Windows:
