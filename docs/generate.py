@@ -329,6 +329,7 @@ def engine_bench_page(root: Path) -> str:
 
 
 SCALE_BENCHES = (("dedup.json", "Dedup: the index path at 20k and 1M planted prompts"),
+                 ("dedup_real.json", "Dedup: the index path on real prompts (MiniLM)"),
                  ("dedup_ray.json", "Dedup on Ray: 2 local workers against the default path"),
                  ("scheduler.json", "The prompt scheduler over a 1M pool"),
                  ("query.json", "The rollout store at 10M rows: bytes and audits"))
@@ -344,7 +345,8 @@ def _table(rows: list[dict]) -> list[str]:
 
 
 def scale_bench_page(root: Path) -> str:
-    """The scale benchmarks' JSON results (bench/data/{dedup,dedup_ray,scheduler,query}.json),
+    """The scale benchmarks' JSON results (bench/data/{dedup,dedup_real,dedup_ray,scheduler,
+    query}.json),
     each with the command, commit, machine and load that produced it."""
     lines = ["# Scale benchmarks", "",
              f"<!-- written by `{COMMAND}` from bench/data/*.json: rerun it -->", "",
