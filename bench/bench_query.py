@@ -25,17 +25,16 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
-import sys
 import hashlib
-import os
 import json
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
 from rlhf.store.catalog import connect
 from rlhf.store.io import write_shard
 from rlhf.store.query import list_audits, run_sql

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_meta import run_meta, write_json  # noqa: E402
+from run_meta import run_meta, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 
