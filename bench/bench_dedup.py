@@ -13,7 +13,10 @@ embedding cost is excluded. `--real N` also embeds N real prompts (hh-rlhf human
 world's framed questions) with MiniLM, reports the embedding time, and clusters those embeddings
 both ways (the kept/dropped agreement on real text). Goals: 1M planted in <= 60 s on 2 cores and
 <= 4 GiB, agreement >= 0.995 with the planted groups and >= 0.999 with exact linkage at <= 20k.
-`--ann-probe` / `--ann-list-size` trade recall for time (docs/scale-out.md). The machine's load average is printed with every row: other jobs share the CPU.
+`--ann-probe` / `--ann-list-size` / `--ann-dim` trade recall for time (docs/scale-out.md). The
+machine's load average is printed with every row: other jobs share the CPU. The rows go to
+`--out` (bench/data/dedup.json) with the command, commit, machine and load at the start
+(docs/generated/scale-bench.md renders the committed files).
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def _child(args: argparse.Namespace) -> None:
         cfg = DedupConfig(distance_threshold=args.threshold, linkage=args.linkage,
                           exact_max_size=args.exact_max_size, partition_size=args.partition_size,
                           merge_partitions=args.merge_partitions, ann_list_size=args.ann_list_size,
-                          ann_probe=args.ann_probe)
+                          ann_probe=args.ann_probe, ann_dim=args.ann_dim, ann_margin=args.ann_margin)
         labels, ci = cluster(x, cfg)
         info = {"path": ci.path, "close_pairs": ci.close_pairs, "components": ci.components,
                 "largest_component": ci.largest_component,
@@ -83,7 +86,8 @@ def _run_child(vectors: Path, mode: str, labels_out: Path, a: argparse.Namespace
            "--labels-out", str(labels_out), "--threshold", str(a.threshold), "--linkage",
            a.linkage, "--partition-size", str(a.partition_size), "--merge-partitions",
            str(a.merge_partitions), "--exact-max-size", str(a.exact_max_size),
-           "--ann-list-size", str(a.ann_list_size), "--ann-probe", str(a.ann_probe)]
+           "--ann-list-size", str(a.ann_list_size), "--ann-probe", str(a.ann_probe),
+           "--ann-dim", str(a.ann_dim), "--ann-margin", str(a.ann_margin)]
     load = os.getloadavg()[0]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -133,7 +137,7 @@ def main() -> None:
     ap.add_argument("--exact-budget-gib", type=float, default=8.0,
                     help="run exact scipy linkage only where its matrices fit in this")
     ap.add_argument("--cache", type=Path, default=REPO / "artifacts" / "cache" / "bench_embeddings")
-    ap.add_argument("--out", type=Path, default=REPO / "artifacts" / "bench" / "dedup.json")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "data" / "dedup.json")
     ap.add_argument("--threshold", type=float, default=0.35)
     ap.add_argument("--linkage", default="complete")
     from rlhf.pipeline.dedup import DedupConfig
@@ -142,6 +146,8 @@ def main() -> None:
     ap.add_argument("--merge-partitions", type=int, default=DedupConfig().merge_partitions)
     ap.add_argument("--ann-list-size", type=int, default=DedupConfig().ann_list_size)
     ap.add_argument("--ann-probe", type=int, default=DedupConfig().ann_probe)
+    ap.add_argument("--ann-dim", type=int, default=DedupConfig().ann_dim)
+    ap.add_argument("--ann-margin", type=float, default=DedupConfig().ann_margin)
     ap.add_argument("--exact-max-size", type=int, default=0,
                     help="the stage's exact_max_size; 0 forces the index path at every size")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -153,10 +159,14 @@ def main() -> None:
         _child(a)
         return
     a.exact_max_size = max(a.exact_max_size, 2)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run_meta import run_meta, write_json
+
+    meta = run_meta()
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} (CPU shared with other jobs); "
-          f"index lists of ~{a.ann_list_size} rows, {a.ann_probe} probed; "
+          f"index lists of ~{a.ann_list_size} rows, {a.ann_probe} probed, {a.ann_dim} dims; "
           f"{a.linkage} linkage at {a.threshold}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_dedup_") as tmp:
@@ -213,8 +223,9 @@ def main() -> None:
                              round(agree, 5)})
                 print(f"{name} {n:,}: scalable vs exact kept/dropped agreement {agree:.4f}",
                       flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(rows, indent=2) + "\n")
+    write_json(a.out, meta, rows, index={"list_size": a.ann_list_size, "probe": a.ann_probe,
+                                         "dim": a.ann_dim, "margin": a.ann_margin,
+                                         "linkage": a.linkage, "threshold": a.threshold})
     print(f"\n{'set':<12} {'n':>9} {'mode':<10} {'wall s':>8} {'peak RSS GiB':>13} "
           f"{'pairs':>10} {'clusters':>9}  note")
     for r in rows:

@@ -14,23 +14,27 @@ files and row groups DuckDB scanned, the store's size and the load average.
     .venv/bin/python bench/bench_query.py --rows 1000000     # smaller
     .venv/bin/python bench/bench_query.py --reuse            # time an existing store again
 
-Figures, not a pass/fail test: the goal is each audit under 1 s on 2 cores.
+Figures, not a pass/fail test: the goals are each audit under 0.25 s on 2 cores and the
+rollouts at most 32 bytes a row at 10M rows. The figures (with the bytes of every rollout column
+per row) go to `--out` (bench/data/query.json) with the command, commit, machine and the load at
+the start (docs/generated/scale-bench.md renders the committed files).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as dt
 import hashlib
-import os
 import json
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
 from rlhf.store.catalog import connect
 from rlhf.store.io import write_shard
 from rlhf.store.query import list_audits, run_sql
@@ -195,6 +199,20 @@ NARROW = ("SELECT count(*) AS rollouts, avg(reward) AS reward FROM rollouts "
           "WHERE run_id = 'r2' AND step BETWEEN 3000 AND 3099")
 
 
+def column_bytes(folder: Path) -> dict[str, int]:
+    """Compressed bytes of each column (leaf path) over every shard under `folder`."""
+    import pyarrow.parquet as pq
+
+    out: collections.Counter = collections.Counter()
+    for path in folder.rglob("*.parquet"):
+        md = pq.ParquetFile(path).metadata
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for c in range(rg.num_columns):
+                out[rg.column(c).path_in_schema] += rg.column(c).total_compressed_size
+    return dict(out.most_common())
+
+
 def files_of(store: Path, table: str) -> int:
     return len(list((store / table).rglob("*.parquet")))
 
@@ -229,7 +247,12 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--reuse", action="store_true", help="time the existing store, do not regenerate")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "data" / "query.json")
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run_meta import run_meta, write_json
+
+    meta = run_meta()
     if not args.reuse:
         shutil.rmtree(args.store, ignore_errors=True)
         t = time.perf_counter()
@@ -244,6 +267,11 @@ def main() -> None:
           f"{size / n_rows:.1f} bytes per rollout row")
     print(f"rm_scores: {folder_bytes(args.store / 'rm_scores') / 2**20:.1f} MiB; "
           f"DuckDB threads={threads}; cpus={os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
+    cols = column_bytes(args.store / "rollouts")
+    print("bytes per row by column: " + ", ".join(f"{k} {v / n_rows:.2f}" for k, v in cols.items()))
+    rows = [{"audit": "(store)", "rollout_rows": n_rows, "shards": n_files,
+             "bytes_per_row": round(size / n_rows, 2), "duckdb_threads": threads,
+             **{f"bytes_per_row.{k}": round(v / n_rows, 2) for k, v in cols.items()}}]
     print(f"{'audit':<11} {'rows out':>8} {'first s':>8} {'best s':>8} {'cpu s':>6}  "
           "scanned (rollouts / rm_scores)")
     # A narrow question first (one run, 100 steps): what the partitions and the step sort prune.
@@ -262,8 +290,13 @@ def main() -> None:
                              if t in ("rollouts", "rm_scores"))
         print(f"{name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f} "
               f"{cpus[times.index(min(times))]:>6.2f}  {scan_txt}", flush=True)
+        rows.append({"audit": name, "rows_out": out_rows, "first_s": round(times[0], 3),
+                     "best_s": round(min(times), 3),
+                     "cpu_s": round(cpus[times.index(min(times))], 2), "scanned": scan_txt})
     # timings on a shared machine mean little without the load they ran under
     print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    write_json(args.out, meta, rows, load_at_end=[round(x, 2) for x in os.getloadavg()])
+    print(f"written {args.out}")
 
 
 if __name__ == "__main__":

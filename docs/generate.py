@@ -9,7 +9,8 @@ that changed it), config.md (every params.yaml key from the typed configs: type,
 shipped value, range where pipeline/ranges.py declares one, meaning from the field's comment),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
-(bench/engine.py's JSON in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
+(bench/engine.py's JSON in bench/data/), scale-bench.md (the dedup, scheduler and store benchmarks' JSON
+in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
 README.md carries the same picture between its `generated:dag` markers).
 
 `figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric
@@ -327,6 +328,58 @@ def engine_bench_page(root: Path) -> str:
     return "\n".join(lines)
 
 
+SCALE_BENCHES = (("dedup.json", "Dedup: the index path at 20k and 1M planted prompts"),
+                 ("dedup_real.json", "Dedup: the index path on real prompts (MiniLM)"),
+                 ("dedup_ray.json", "Dedup on Ray: 2 local workers against the default path"),
+                 ("scheduler.json", "The prompt scheduler over a 1M pool"),
+                 ("query.json", "The rollout store at 10M rows: bytes and audits"))
+
+
+def _table(rows: list[dict]) -> list[str]:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        out.append("| " + " | ".join("–" if r.get(k) is None else _fmt(r[k]).replace("|", "/")
+                                     for k in keys) + " |")
+    return out
+
+
+def scale_bench_page(root: Path) -> str:
+    """The scale benchmarks' JSON results (bench/data/{dedup,dedup_real,dedup_ray,scheduler,
+    query}.json),
+    each with the command, commit, machine and load that produced it."""
+    lines = ["# Scale benchmarks", "",
+             f"<!-- written by `{COMMAND}` from bench/data/*.json: rerun it -->", "",
+             ("What bench/bench_dedup.py, bench/bench_dedup_ray.py, bench/bench_scheduler.py and "
+              "bench/bench_query.py last wrote. The machine is shared: seconds are upper bounds "
+              "when the load average at the start was high (other jobs on the same cores); the "
+              "pair counts, agreements, bytes and peak memory do not depend on it. What they "
+              "measure: [../scale-out.md](../scale-out.md), [../store.md](../store.md)."), ""]
+    for name, title in SCALE_BENCHES:
+        path = root / "bench" / "data" / name
+        if not path.is_file():
+            continue
+        r = json.loads(path.read_text(encoding="utf-8"))
+        lines += [f"## {title}", "", *_stamp(root, path), f"- command: `{r.get('command')}`",
+                  f"- code at commit `{r.get('commit')}`",
+                  (f"- machine: {r.get('machine')}, {r.get('cpus')} CPUs, load average "
+                   f"{r.get('load_1min_at_start')} at the start"
+                   + (f", {r['load_at_end']} (1, 5, 15 min) at the end" if r.get("load_at_end")
+                      else ""))]
+        lines += [f"- {k}: {_fmt(v)}" for k, v in r.items() if k not in
+                  ("command", "commit", "machine", "cpus", "load_1min_at_start", "load_at_end",
+                   "rows")]
+        wide = [x for x in r.get("rows", []) if any("." in k for k in x)]
+        rest = [x for x in r.get("rows", []) if x not in wide]
+        lines.append("")
+        for x in wide:
+            lines += ["| field | value |", "|---|---|",
+                      *(f"| {k} | {_fmt(v)} |" for k, v in x.items()), ""]
+        if rest:
+            lines += [*_table(rest), ""]
+    return "\n".join(lines)
+
+
 def pages(root: Path) -> dict[str, str]:
     """{path relative to root: content} of every generated page."""
     return {
@@ -343,6 +396,7 @@ def pages(root: Path) -> dict[str, str]:
         f"{OUT}/pipeline.md": pipeline_page(root),
         f"{OUT}/verdicts.md": verdicts_page(root),
         f"{OUT}/engine-bench.md": engine_bench_page(root),
+        f"{OUT}/scale-bench.md": scale_bench_page(root),
     }
 
 

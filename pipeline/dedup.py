@@ -63,10 +63,13 @@ class DedupConfig:
     linkage: Literal["complete", "average", "single"] = "complete"
     # Up to this many distinct texts, exact linkage over all of them; above it, the index path.
     exact_max_size: int = 10_000
-    # Index path: rows per inverted list of the faiss index and lists scanned per query
-    # (pipeline/ann.py); more probes, more close pairs found (bench/bench_dedup.py measures it).
-    ann_list_size: int = 32
+    # Index path (pipeline/ann.py): rows per inverted list, lists each row probes, the PCA
+    # dimensions the index compares in (0: all) and the cosine slack there before the float
+    # re-check; more probes, more close pairs found (bench/bench_dedup.py measures it).
+    ann_list_size: int = 256
     ann_probe: int = 32
+    ann_dim: int = 64
+    ann_margin: float = 0.15
     # Exact linkage inside a connected component of the close-pair graph up to this many rows;
     # a larger component is clustered by the partitioned path below (stated in the metrics).
     component_max_size: int = 5_000
@@ -88,8 +91,10 @@ class DedupConfig:
             raise ValueError("distance_threshold must be in (0, 2) (cosine distance)")
         if self.partition_size < 2 or self.exact_max_size < 2 or self.component_max_size < 2:
             raise ValueError("partition_size, exact_max_size and component_max_size must be >= 2")
-        if self.ann_list_size < 1 or self.ann_probe < 1:
-            raise ValueError("ann_list_size and ann_probe must be >= 1")
+        if self.ann_list_size < 1 or self.ann_probe < 1 or self.ann_dim < 0:
+            raise ValueError("ann_list_size and ann_probe must be >= 1, ann_dim >= 0")
+        if not 0.0 <= self.ann_margin < 2.0:
+            raise ValueError("ann_margin must be in [0, 2)")
         if self.merge_partitions < 0 or self.topic_clusters < 1 or self.batch_size < 1:
             raise ValueError("merge_partitions >= 0, topic_clusters >= 1, batch_size >= 1")
         unknown = set(self.split_fractions) - set(SPLITS)
@@ -416,7 +421,8 @@ def _merge_boundaries(x: np.ndarray, labels: np.ndarray, part_of: np.ndarray,
 def index_params(cfg: DedupConfig):
     from rlhf.pipeline.ann import IndexParams
 
-    return IndexParams(list_size=cfg.ann_list_size, probe=cfg.ann_probe, seed=cfg.seed)
+    return IndexParams(list_size=cfg.ann_list_size, probe=cfg.ann_probe, dim=cfg.ann_dim,
+                       margin=cfg.ann_margin, seed=cfg.seed)
 
 
 def close_pairs(x: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -425,6 +431,19 @@ def close_pairs(x: np.ndarray, cfg: DedupConfig) -> tuple[np.ndarray, np.ndarray
 
     i, j, _ = NeighbourIndex.build(x, index_params(cfg)).close_pairs(cfg.distance_threshold)
     return i, j
+
+
+def _cliques(comp: np.ndarray, sizes: np.ndarray, x: np.ndarray, i: np.ndarray, j: np.ndarray,
+             threshold: float) -> np.ndarray:
+    """Which components are cliques of the close-pair graph with every pair clearly within the
+    threshold (1e-5 of slack for the float rounding of scipy's distance matrix): every linkage
+    makes such a component one cluster, so it needs no linkage run (most of a million rows'
+    components: pairs and small groups)."""
+    pairs = np.bincount(comp[i], minlength=len(sizes)) if len(i) else np.zeros(len(sizes), np.int64)
+    sim = np.einsum("ij,ij->i", x[i], x[j]) if len(i) else np.zeros(0, np.float32)
+    worst = np.full(len(sizes), np.inf)
+    np.minimum.at(worst, comp[i], sim)
+    return (pairs == sizes * (sizes - 1) // 2) & (worst >= 1.0 - threshold + 1e-5)
 
 
 def component_labels(x: np.ndarray, i: np.ndarray, j: np.ndarray, cfg: DedupConfig,
@@ -444,11 +463,13 @@ def component_labels(x: np.ndarray, i: np.ndarray, j: np.ndarray, cfg: DedupConf
     next_id = int(comp.max()) + 1 if n else 0
     info = ClusterInfo("index", close_pairs=len(i), components=int((sizes > 1).sum()),
                        largest_component=int(sizes.max()) if n else 0)
-    multi = np.flatnonzero(sizes > 1)
+    # singletons and cliques are one cluster each (their component id); the rest get linkage
+    done = (sizes == 1) | _cliques(comp, sizes, x, i, j, cfg.distance_threshold)
+    multi = np.flatnonzero(~done)
     if on_progress:
         on_progress(int(n - sizes[multi].sum()))
     if len(multi):
-        keys, groups = _grouped_by(comp[sizes[comp] > 1], np.flatnonzero(sizes[comp] > 1))
+        keys, groups = _grouped_by(comp[~done[comp]], np.flatnonzero(~done[comp]))
         for _, idx in zip(keys, groups):
             if len(idx) <= cfg.component_max_size:
                 local = exact_labels(x[idx], cfg.distance_threshold, cfg.linkage)

@@ -48,11 +48,11 @@ class _Encoder:
         return {"row": batch["row"], "embedding": vecs}
 
 
-def _pairs_task(blob: np.ndarray, x: np.ndarray, params: Any, rows: np.ndarray,
+def _pairs_task(state: dict, x: np.ndarray, rows: np.ndarray,
                 threshold: float) -> tuple[np.ndarray, np.ndarray]:
     from rlhf.pipeline.ann import NeighbourIndex
 
-    index = NeighbourIndex.from_bytes(blob, x, params)
+    index = NeighbourIndex.from_state(state, x)
     i, j, _ = index.pairs_of(rows, threshold)
     return i, j
 
@@ -114,13 +114,12 @@ class RayEngine:
         from rlhf.pipeline.ann import NeighbourIndex, _unique_pairs
         from rlhf.pipeline.dedup import index_params
 
-        params = index_params(cfg)
-        index = NeighbourIndex.build(x, params)
-        blob, xs = ray.put(index.to_bytes()), ray.put(index.x)
+        index = NeighbourIndex.build(x, index_params(cfg))
+        state, xs = ray.put(index.state()), ray.put(index.x)
         task = ray.remote(num_cpus=1)(_pairs_task)
         blocks = [np.arange(a, min(len(x), a + self.rows_per_task))
                   for a in range(0, len(x), self.rows_per_task)]
-        got = ray.get([task.remote(blob, xs, params, rows, cfg.distance_threshold)
+        got = ray.get([task.remote(state, xs, rows, cfg.distance_threshold)
                        for rows in blocks])
         i = np.concatenate([g[0] for g in got]) if got else np.zeros(0, np.int64)
         j = np.concatenate([g[1] for g in got]) if got else np.zeros(0, np.int64)

@@ -90,8 +90,10 @@ RANGES: dict[str, dict[str, Spec]] = {
         "exact_max_size": Range(2), "partition_size": Range(2), "merge_partitions": NONNEG,
         "topic_clusters": COUNT, "split_fractions": PROB, "seed": NONNEG,
         "rows_per_shard": COUNT,
-        # the index path (close-pair graph): rows per list, lists probed, exact-linkage cap
-        "ann_list_size": COUNT, "ann_probe": COUNT, "component_max_size": Range(2),
+        # the index path (close-pair graph): rows per list, lists probed, PCA dimensions (0: all),
+        # cosine slack before the float re-check, exact-linkage cap
+        "ann_list_size": COUNT, "ann_probe": COUNT, "ann_dim": NONNEG,
+        "ann_margin": Range(0, 2, hi_open=True), "component_max_size": Range(2),
     },
     # PPOConfig lives in pipeline/ppo/config.py; its ranges live here, keyed by field name
     "PPOConfig": {

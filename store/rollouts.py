@@ -11,7 +11,10 @@ with k = step // steps_per_bucket. The layout is what makes the audits prune and
 - a filter on `run_id` skips whole folders (DuckDB reads the folders as hive partitions);
 - every shard is sorted by step and cut into row groups of `row_group_size` rows, so each row
   group covers one contiguous step range and a filter on steps skips row groups by their
-  min/max statistics;
+  min/max statistics. 524,288 rows a group (a whole shard of `rows_per_shard` 500,000 rows is
+  one group): each group repeats the dictionary of the prompts it holds (50k ids of 64
+  characters cost ~3 MiB), so at 262,144 rows those pages were ~9 bytes a row per id column, at
+  524,288 ~5 (bench/bench_query.py); a step range still prunes to one shard's rows;
 - inside each row group, rows of a table with a `prompt_key` (rollouts) are ordered by that key:
   the audits that group or join all rows by prompt then touch their hash tables in runs of the
   same key (lineage ~15 % and sources ~10 % faster on the 10M-row benchmark, and slightly
@@ -77,7 +80,7 @@ class StepShardWriter:
 
     def __init__(self, table: str, directory: str | Path, run_id: str, *,
                  steps_per_bucket: int = 1000,
-                 rows_per_shard: int = 500_000, row_group_size: int = 262_144,
+                 rows_per_shard: int = 500_000, row_group_size: int = 524_288,
                  resume_after: int | None = None):
         if steps_per_bucket < 1 or rows_per_shard < 1 or row_group_size < 1:
             raise ValueError("steps_per_bucket, rows_per_shard and row_group_size must be >= 1")
@@ -122,11 +125,15 @@ class StepShardWriter:
     # Writing ------------------------------------------------------------------------------
     def _parquet_options(self) -> dict[str, Any]:
         # Dictionaries for repeated values (ids, names, steps, tiers); not for per-row-unique
-        # hashes and texts, nor for floats (rewards, KL), where they only slow decoding.
+        # hashes and texts, nor for floats (rewards, KL), where they only slow decoding. Floats
+        # are stored byte-stream-split (their exponent bytes together compress: ~0.2 bytes a
+        # row less for each of reward and KL, bench/bench_query.py).
         fields = schema_for(self.table)
+        floats = [f.name for f in fields if pa.types.is_floating(f.type)]
         return {"row_group_size": self.row_group_size,
                 "use_dictionary": [f.name for f in fields if f.name not in UNIQUE_COLUMNS
-                                   and not pa.types.is_floating(f.type)],
+                                   and f.name not in floats],
+                "use_byte_stream_split": floats or False,
                 "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT}
 
     def _row_group_order(self, data: pa.Table) -> pa.Table:

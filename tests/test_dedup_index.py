@@ -68,13 +68,14 @@ def test_ivf_path_agrees_with_exact_linkage():
 
 
 def test_an_oversized_component_falls_back_to_the_partitioned_path():
-    # one chain of rows, each within 0.35 of the next: a single component of 300 rows
+    # one chain of rows, each within 0.35 of the next: a single component of 300 rows, not a
+    # clique (a clique is one cluster under every linkage and needs no linkage run)
     rng = np.random.default_rng(5)
-    steps = rng.standard_normal((300, 64)).astype(np.float32) * 0.05
+    steps = rng.standard_normal((300, 64)).astype(np.float32) * 0.1
     x = np.cumsum(steps, axis=0) + rng.standard_normal(64).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     i, j, _ = NeighbourIndex.build(x).close_pairs(0.35)
-    assert len(set(components(len(x), i, j).tolist())) == 1
+    assert len(set(components(len(x), i, j).tolist())) == 1 and len(i) < 300 * 299 // 2
     cfg = DedupConfig(component_max_size=100, partition_size=50)
     labels, info = component_labels(x, i, j, cfg)
     assert info.fallback_components == 1 and info.largest_component == 300

@@ -150,6 +150,61 @@ def test_standardised_variances_mean_the_same_for_any_rm_scale():
     assert decisions(hist, **raw) != decisions(scaled, **raw)
 
 
+def _pool(n: int, seed: int):
+    """n unit prompts in 32-d with near-duplicate groups, and a reward history for each."""
+    from rlhf.pipeline.dedup import planted_unit_vectors
+
+    x, _ = planted_unit_vectors(n, dim=32, dup_share=0.5, seed=seed)
+    rng = np.random.default_rng(seed)
+    ids = [f"q{i:05d}" for i in range(n)]
+    hist = {p: list(rng.normal(2.0, rng.choice([0.1, 1.5]), int(rng.integers(1, 4))))
+            for p in ids}
+    return ids, x, hist
+
+
+@pytest.mark.parametrize("scale", ["raw", "standardised"])
+def test_the_index_path_takes_the_brute_forces_decisions_where_its_recall_is_exact(scale):
+    # 600 prompts: a flat (exact) index, so the neighbours must be the brute force's, in order
+    ids, x, hist = _pool(600, seed=1)
+    c = cfg(schedule_scale=scale, schedule_explore_base=0.2, schedule_explore_horizon=5)
+    brute = PromptScheduler(c, ids, x)
+    indexed = PromptScheduler(c, ids, x, index_min_history=0)
+    step = with_history(brute, hist)
+    assert with_history(indexed, hist) == step
+    assert indexed._stats().get("indexed") and not brute._stats().get("indexed")
+    cand = [(p, "") for p in ids[::3]] + [("unknown", "")]
+    assert indexed.select(step, cand) == brute.select(step, cand)
+    a, b = indexed.table_rows(step)["schedule"], brute.table_rows(step)["schedule"]
+    assert [r["neighbour_ids"] for r in a] == [r["neighbour_ids"] for r in b]
+    assert sum(r["decision"] == "skip" for r in a) >= 5
+    for ra, rb in zip(a, b):
+        assert {k: v for k, v in ra.items() if not isinstance(v, float)} == \
+            {k: v for k, v in rb.items() if not isinstance(v, float)}
+        for k, v in ra.items():
+            if isinstance(v, float):
+                assert v == pytest.approx(rb[k], rel=1e-9, nan_ok=True)
+    # the checkpointed state is the same objects; a restored scheduler rebuilds its statistics
+    assert indexed.state_dict() == brute.state_dict()
+    restored = PromptScheduler(c, ids, x, index_min_history=0)
+    restored.load_state_dict(indexed.state_dict())
+    assert [restored.decide(step, p)["neighbour_ids"] for p in ids[:50]] == \
+        [brute.decide(step, p)["neighbour_ids"] for p in ids[:50]]
+
+
+def test_the_inverted_file_finds_nearly_every_brute_force_neighbour():
+    # 6,000 prompts: above the flat index's 4,096 rows, an approximate inverted file
+    ids, x, hist = _pool(6000, seed=2)
+    brute = PromptScheduler(cfg(), ids, x)
+    indexed = PromptScheduler(cfg(), ids, x, index_min_history=0)
+    step = with_history(brute, hist)
+    with_history(indexed, hist)
+    asked = ids[::60]
+    got = [set(r["neighbour_ids"]) for r in (indexed.decide(step, p) for p in asked)]
+    want = [set(r["neighbour_ids"]) for r in (brute.decide(step, p) for p in asked)]
+    assert all(len(g) == 10 for g in got)
+    assert sum(len(g & w) for g, w in zip(got, want)) >= 0.9 * 10 * len(asked)
+
+
 def test_config_validation_names_the_key_and_plain_ppo_has_it_off():
     with pytest.raises(ConfigError, match="ppo.schedule_min_low"):
         PPOConfig(schedule_neighbours=5, schedule_min_low=7)

@@ -9,7 +9,9 @@
 -- (it earned none); `reward_mean` is over the scored rows. Rollouts join their prompt's bucket by
 -- prompt_key (store/hashing.py), after the same collision check as `rlhf audit rewards`.
 WITH dims AS (
-    SELECT pool.prompt_key, coalesce(difficulty.bucket, '(unscored)') AS bucket
+    SELECT pool.prompt_key,
+           CASE difficulty.bucket WHEN 'low' THEN 0 WHEN 'mid' THEN 1 WHEN 'high' THEN 2
+                ELSE 3 END::UTINYINT AS bucket
     FROM pool
     LEFT JOIN difficulty USING (prompt_key)
     WHERE (SELECT count(*) FROM (SELECT prompt_key FROM (SELECT prompt_key, prompt_id FROM pool
@@ -18,24 +20,29 @@ WITH dims AS (
        OR error('two prompts of the pool or the difficulty table share one prompt_key (a 64-bit '
                 || 'hash collision, see store/hashing.py): this audit would merge them')
 ), cells AS (
+    -- grouped by a small integer bucket (named at the end) and each flag tested once, in the
+    -- scan: 15 % less time on 10M rows than by the bucket's name (bench/bench_query.py)
     SELECT r.run_id,
            r.step // $window * $window AS step_from,
-           coalesce(d.bucket, '(unscored)') AS difficulty_bucket,
+           coalesce(d.bucket, 3) AS bucket,
            count(*) AS n,
-           count(*) FILTER (WHERE list_contains(r.flags, 'pruned')) AS n_pruned,
-           count(*) FILTER (WHERE list_contains(r.flags, 'resampled')) AS n_resampled,
+           sum(r.pruned::INT) AS n_pruned,
+           sum(r.resampled::INT) AS n_resampled,
            sum(r.generated_tokens) AS tokens,
-           sum(r.generated_tokens) FILTER (WHERE list_contains(r.flags, 'pruned')) AS tokens_pruned,
+           sum(r.generated_tokens) FILTER (WHERE r.pruned) AS tokens_pruned,
            sum(r.reward::DOUBLE) AS s,
            count(r.reward) AS n_scored
-    FROM rollouts AS r
+    FROM (SELECT run_id, step, prompt_key, generated_tokens, reward,
+                 len(flags) > 0 AND list_contains(flags, 'pruned') AS pruned,
+                 len(flags) > 0 AND list_contains(flags, 'resampled') AS resampled
+          FROM rollouts) AS r
     LEFT JOIN dims AS d USING (prompt_key)
     GROUP BY ALL
 )
 SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step' ELSE 'bucket' END AS breakdown,
        run_id,
        step_from,
-       difficulty_bucket,
+       ['low', 'mid', 'high', '(unscored)'][bucket + 1] AS difficulty_bucket,
        sum(n)::BIGINT AS rollouts,
        sum(n_pruned)::BIGINT AS pruned,
        round(sum(n_pruned) / sum(n), 4) AS pruned_rate,
@@ -45,8 +52,8 @@ SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step' ELSE 'bucket' END 
        coalesce(sum(tokens_pruned), 0)::BIGINT AS pruned_tokens,
        round(sum(s) / nullif(sum(n_scored), 0), 4) AS reward_mean
 FROM cells
-GROUP BY GROUPING SETS ((run_id, step_from, difficulty_bucket), (run_id, difficulty_bucket))
+GROUP BY GROUPING SETS ((run_id, step_from, bucket), (run_id, bucket))
 ORDER BY run_id,
          breakdown,
          step_from NULLS FIRST,
-         CASE difficulty_bucket WHEN 'low' THEN 0 WHEN 'mid' THEN 1 WHEN 'high' THEN 2 ELSE 3 END
+         bucket

@@ -26,10 +26,6 @@ WITH triggers AS (
     SELECT run_id, step // $window * $window AS step_from, count(*) AS human_labels
     FROM human_labels
     GROUP BY ALL
-), versions AS (
-    SELECT run_id, rm_name, rm_version, min(step) AS from_step, max(step) AS to_step
-    FROM rm_scores
-    GROUP BY ALL
 ), sums AS (
     -- counts and sums, not averages of CASE expressions: fewer aggregates per row (13 % faster
     -- on 9.7M scores, bench/bench_query.py); the shares are divided out below
@@ -43,8 +39,15 @@ WITH triggers AS (
            min(confidence) AS confidence_min,
            count(*) FILTER (WHERE confidence < $threshold) AS low_confidence,
            count(*) FILTER (WHERE queued) AS queued,
-           count(*) FILTER (WHERE escalated) AS escalated
+           count(*) FILTER (WHERE escalated) AS escalated,
+           min(step) AS first_step,
+           max(step) AS last_step
     FROM rm_scores
+    GROUP BY ALL
+), versions AS (
+    -- the steps each RM version scored, from the window sums: one scan of rm_scores, not two
+    SELECT run_id, rm_name, rm_version, min(first_step) AS from_step, max(last_step) AS to_step
+    FROM sums
     GROUP BY ALL
 )
 SELECT s.run_id, s.step_from, s.rm_name, s.rm_version, scored,

@@ -35,6 +35,15 @@ rolled out anyway with probability min(1, `schedule_explore_base` + steps since 
 / `schedule_explore_horizon`), drawn from a uniform that is a hash of (seed, step, prompt id): the
 same on every process and after a resume, with no RNG state to carry.
 
+Scale. Up to `index_min_history` (20,000) historical prompts, each decision ranks all of them
+by a brute-force product (exact). Above it, the neighbours come from the dedup stage's index
+(pipeline/ann.py: an inverted file over PCA-reduced rows, the candidates re-ranked by their float
+cosine), searched once per select() for every candidate and filtered to the historical prompts
+inside the scan, and the per-prompt window statistics are kept up to date by observe() rather
+than recomputed over the whole history each step: a step costs the batch's searches, not a scan
+of a million prompts (bench/bench_scheduler.py). Where the index's recall is exact (a flat index,
+pools up to 4,096 prompts) the neighbours are the brute force's (tests/test_ppo_scheduler.py).
+
 Every decision becomes a `schedule` row (store/schemas.py) through the trainer's step writer;
 a candidate the gate kept but the batch did not need (the refill's last draw overshoots) is
 recorded as `unused`.
@@ -75,9 +84,11 @@ class PromptScheduler(HookBase):
     stage's `pool_embeddings` table); `clusters`: {prompt_id: topic cluster} (optional)."""
 
     name = NAME
+    # above this many historical prompts, neighbours from the index (module docstring, Scale)
+    index_min_history = 20_000
 
     def __init__(self, cfg, prompt_ids: list[str], embeddings: np.ndarray,
-                 clusters: dict[str, int] | None = None):
+                 clusters: dict[str, int] | None = None, index_min_history: int | None = None):
         x = np.asarray(embeddings, np.float32)
         if x.ndim != 2 or len(x) != len(prompt_ids):
             raise ValueError(f"embeddings must be (n prompts, dim), got {x.shape} for "
@@ -94,10 +105,16 @@ class PromptScheduler(HookBase):
         self.rollouts: dict[str, int] = {}  # rollouts so far
         self.marked: dict[int, int] = {}  # topic cluster -> last step marked high-uncertainty
         self._pending: list[dict] = []  # this step's decisions, until table_rows()
+        if index_min_history is not None:
+            self.index_min_history = index_min_history
+        self._nn = None  # the neighbour index, built when the history first outgrows the scan
+        self._windows = _Windows(len(self.ids))  # per-prompt window statistics (index path)
 
     # ----------------------------------------------------------------- the gate
     def select(self, step: int, candidates: list[tuple[str, str]]) -> list[bool]:
         stats = self._stats()
+        if stats.get("indexed"):  # every candidate's neighbours in one batched search
+            stats["near"] = self._neighbours([p for p, _ in candidates], stats)
         keep = []
         for pid, _ in candidates:
             row = self.decide(step, pid, stats)
@@ -108,6 +125,10 @@ class PromptScheduler(HookBase):
     def _stats(self) -> dict[str, Any]:
         """What every decision of one select() call shares: the historical prompts, their
         variances on the threshold scale and mean rewards, the run's reward variance."""
+        if self._windows.count > self.index_min_history:
+            stats = self._windows.stats(self.cfg)
+            stats["hist"] = _Ids(self.ids, stats["rows"])
+            return stats
         w = self.cfg.schedule_window
         hist = sorted(p for p, r in self.history.items() if r and p in self.index)
         pooled = [v for p in hist for v in self.history[p][-w:]]
@@ -142,16 +163,20 @@ class PromptScheduler(HookBase):
         if len(stats["hist"]) < k:
             row["reason"] = "few_history"
             return row
-        sims = self.x[stats["rows"]] @ self.x[self.index[pid]]
-        # itself first, then nearest first; ties by prompt id: the same order on every process
         hist = stats["hist"]
-        order = sorted(range(len(hist)), key=lambda i: (hist[i] != pid, -sims[i], hist[i]))[:k]
+        if stats.get("indexed"):
+            near = stats.get("near", {}).get(pid)
+            order = near if near is not None else self._neighbours([pid], stats)[pid]
+        else:
+            sims = self.x[stats["rows"]] @ self.x[self.index[pid]]
+            # itself first, then nearest first; ties by prompt id: the same order on every process
+            order = sorted(range(len(hist)), key=lambda i: (hist[i] != pid, -sims[i], hist[i]))[:k]
         var, mean = stats["var"][order], stats["mean"][order]
         n_low = int(np.sum(var < cfg.schedule_low))  # NaN (under two rewards) is never low
         defined = var[np.isfinite(var)]
         nvar = float(defined.mean()) if len(defined) else None
         row.update(n_neighbours=len(order), n_low=n_low, neighbour_mean=float(mean.mean()),
-                   neighbour_var=nvar, neighbour_ids=[stats["hist"][i] for i in order])
+                   neighbour_var=nvar, neighbour_ids=[hist[i] for i in order])
         if n_low >= cfg.schedule_min_low:
             p = explore_probability(row["steps_since_rollout"], cfg.schedule_explore_base,
                                     cfg.schedule_explore_horizon)
@@ -168,6 +193,28 @@ class PromptScheduler(HookBase):
             return row
         row["reason"] = "varied"
         return row
+
+    def _neighbours(self, pids: list[str], stats: dict) -> dict[str, np.ndarray]:
+        """{candidate: positions in stats["hist"] of its k nearest historical prompts}, itself
+        first, then nearest first, ties by prompt id (the brute-force order), from the index."""
+        from rlhf.pipeline.ann import NeighbourIndex
+
+        if self._nn is None:
+            self._nn = NeighbourIndex.build(self.x)
+        k = self.cfg.schedule_neighbours
+        hist, rows = stats["hist"], stats["rows"]
+        pos_of_row = stats["pos_of_row"]
+        asked = [p for p in dict.fromkeys(pids) if p in self.index]
+        if not asked:
+            return {}
+        q = np.array([self.index[p] for p in asked], np.int64)
+        sims, ids = self._nn.search(self.x[q], k + 1, among=rows)
+        out = {}
+        for p, r, s_row, id_row in zip(asked, q, sims, ids):
+            got = [(i != r, -float(s), hist[pos_of_row[i]], pos_of_row[i])
+                   for s, i in zip(s_row, id_row) if i >= 0]
+            out[p] = np.array([g[3] for g in sorted(got)[:k]], np.int64)
+        return out
 
     def high_uncertainty_clusters(self, since_step: int = 0) -> list[int]:
         """Topic clusters marked high-uncertainty at or after `since_step` (for Level 2)."""
@@ -191,6 +238,8 @@ class PromptScheduler(HookBase):
             self.rollouts[pid] = self.rollouts.get(pid, 0) + 1
             if r.get("reward") is not None:
                 self.history[pid] = (self.history.get(pid, []) + [float(r["reward"])])[-w:]
+                if pid in self.index:
+                    self._windows.set(self.index[pid], self.history[pid])
         left = Counter(r["prompt_id"] for r in rows)
         for d in self._pending:
             if d["step"] == step and d["decision"] == "rollout":
@@ -218,6 +267,60 @@ class PromptScheduler(HookBase):
         self.rollouts = {p: int(n) for p, n in state["rollouts"].items()}
         self.marked = {int(c): int(s) for c, s in state["marked"].items()}
         self._pending = []
+        self._windows = _Windows(len(self.ids))
+        for pid, rewards in self.history.items():
+            if rewards and pid in self.index:
+                self._windows.set(self.index[pid], rewards[-self.cfg.schedule_window:])
+
+
+class _Windows:
+    """Every pool prompt's reward window as running statistics (the index path's `_stats`):
+    sample variance and mean per prompt, and the pooled sums of every window's rewards for the
+    run's reward variance, each changed only where observe() changed a window."""
+
+    def __init__(self, n: int):
+        self.var = np.full(n, np.nan)  # sample variance of the window (NaN: under two rewards)
+        self.mean = np.full(n, np.nan)
+        self.has = np.zeros(n, bool)
+        self.sums = np.zeros(n, np.float64)
+        self.squares = np.zeros(n, np.float64)
+        self.lens = np.zeros(n, np.int64)
+        self.count = 0  # prompts with a window
+        self.total = np.zeros(3)  # pooled (count, sum, sum of squares)
+
+    def set(self, row: int, rewards: list[float]) -> None:
+        v = np.asarray(rewards, np.float64)
+        self.total -= (self.lens[row], self.sums[row], self.squares[row])
+        self.count += not self.has[row]
+        self.has[row] = True
+        self.lens[row], self.sums[row], self.squares[row] = len(v), v.sum(), (v * v).sum()
+        self.total += (len(v), v.sum(), (v * v).sum())
+        self.mean[row] = v.mean()
+        self.var[row] = np.var(v, ddof=1) if len(v) > 1 else np.nan
+
+    def stats(self, cfg) -> dict[str, Any]:
+        n, s1, s2 = self.total
+        reward_var = float((s2 - s1 * s1 / n) / (n - 1)) if n > 1 else float("nan")
+        unit = reward_var if cfg.schedule_scale == "standardised" else 1.0
+        rows = np.flatnonzero(self.has)
+        var = self.var[rows] / unit if unit > 0 else np.full(len(rows), np.nan)
+        pos_of_row = np.full(len(self.has), -1, np.int64)
+        pos_of_row[rows] = np.arange(len(rows))
+        return {"indexed": True, "rows": rows, "var": var, "mean": self.mean[rows],
+                "reward_var": reward_var, "pos_of_row": pos_of_row}
+
+
+class _Ids:
+    """The historical prompts' ids by position, without building a list of a million strings."""
+
+    def __init__(self, ids: list[str], rows: np.ndarray):
+        self.ids, self.rows = ids, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> str:
+        return self.ids[self.rows[i]]
 
 
 def load_prompt_space(embeddings: str, prompts: list[tuple[str, str]],
