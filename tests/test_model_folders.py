@@ -277,7 +277,7 @@ def test_a_broken_reward_backbone_folder_is_named(models, tmp_path):
     backbone = _copy(models["policy"], tmp_path / "backbone")
     _truncate(backbone / "model.safetensors")
     params = tmp_path / "params.yaml"
-    write_params(params, reward={"backbone": str(backbone)}, ppo={})
+    write_params(params, reward={"backbone": str(backbone)}, ppo={}, judge={})
     prefs = tmp_path / "prefs"
     prefs.mkdir()
     result = CliRunner().invoke(app, [
