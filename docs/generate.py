@@ -291,7 +291,8 @@ def engine_bench_page(root: Path) -> str:
     """bench/engine.py's JSON results (bench/data/engine_*.json): counted compute per 1,000
     generated tokens of each rollout engine and drafter, then the interleaved seconds."""
     lines = ["# Rollout engine benchmark", "",
-             f"<!-- written by `{COMMAND}` from bench/data/engine_*.json: rerun it -->", "",
+             f"<!-- written by `{COMMAND}` from bench/data/engine_*.json and "
+             "bench/data/gpu/engine_*.json: rerun it -->", "",
              ("Counts per 1,000 generated tokens (summed over the repeats): sequential policy "
               "forwards, rows summed over them (what a finished row still costs under `hf`), token "
               "positions pushed through the policy (prefill, decode, verification); the draft "
@@ -300,7 +301,8 @@ def engine_bench_page(root: Path) -> str:
               "acceptance = accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
               "[min, max] over the rounds; the load average at the start says what else ran. "
               "What the engines are: [../engine.md](../engine.md)."), ""]
-    files = sorted((root / "bench" / "data").glob("engine_*.json"))
+    data = root / "bench" / "data"  # the CPU runs, then the GPU runs (bench/gpu_device.sh)
+    files = sorted(data.glob("engine_*.json")) + sorted(data.glob("gpu/engine_*.json"))
     if not files:
         return "\n".join([*lines, "No results yet: run bench/engine.py with --json.", ""])
     for path in files:
@@ -315,7 +317,9 @@ def engine_bench_page(root: Path) -> str:
                    f"{r.get('repeats')} repeats"),
                   (f"- machine: {r.get('machine')}, {r.get('cpus')} CPUs, torch {r.get('torch')}, "
                    f"{r.get('threads')} thread(s), load average {r.get('load_1min_at_start')} at "
-                   "the start"), ""]
+                   "the start"
+                   + (f"; {r['gpu']}, {r.get('dtype')}, peak GPU memory per batch (GiB) "
+                      f"{r.get('gpu_peak_gib')}" if r.get("gpu") else "")), ""]
         for batch, rows in r.get("batches", {}).items():
             lines += [f"### batch {batch}", "",
                       "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds |",
