@@ -43,7 +43,7 @@ from rlhf.store.schemas import schema_for
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Columns unique per row (a dictionary would only add to them): stored plain.
-UNIQUE_COLUMNS = frozenset({"response_hash", "prompt_text", "response_text"})
+UNIQUE_COLUMNS = frozenset({"response_key", "prompt_text", "response_text"})
 # Prompt ids repeat across a row group (50k distinct 64-character ids take ~3 MiB); pyarrow's
 # default 1 MiB dictionary page would fall back to plain strings, doubling the bytes per row and
 # the time DuckDB spends decoding and hashing them (bench/bench_query.py).
