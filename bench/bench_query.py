@@ -50,7 +50,17 @@ HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 def hex_strings(rng: np.random.Generator, n: int) -> pa.Array:
     """n random 64-character hex strings (sha256-like), built without a Python loop."""
-    raw = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+    return hex_of(rng.integers(0, 256, size=(n, 32), dtype=np.uint8))
+
+
+def hex_keys(raw: np.ndarray) -> pa.Array:
+    """`store.hashing.hex_key` of each row's hash: its first 8 bytes, big-endian, signed."""
+    return pa.array(np.ascontiguousarray(raw[:, :8]).view(">i8").ravel().astype(np.int64))
+
+
+def hex_of(raw: np.ndarray) -> pa.Array:
+    """The [n, 32] bytes as n 64-character hex strings."""
+    n = len(raw)
     chars = np.empty((n, 64), np.uint8)
     chars[:, 0::2] = HEX[raw >> 4]
     chars[:, 1::2] = HEX[raw & 15]
@@ -130,11 +140,12 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
             n_flags = (rng.random(n) < 0.05).astype(np.int32)
             created = pa.array((np.datetime64(T0.replace(tzinfo=None), "us")
                                 + (steps * 30).astype("timedelta64[s]")).astype("datetime64[us]"), ts)
-            response_hash = hex_strings(rng, n)
+            raw_hash = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+            response_hash = hex_of(raw_hash)  # rm_scores keep the full hash, rollouts its key
             rw.write(pa.table({
                 "run_id": pa.array([run] * n), "step": pa.array(steps),
                 "prompt_id": ids.take(pa.array(idx)), "prompt_hash": prompt_hashes.take(pa.array(idx)),
-                "response_hash": response_hash,
+                "response_key": hex_keys(raw_hash),
                 "reward": pa.array(reward, mask=reward_mask), "scorer": pa.array(scorer),
                 "tier": pa.array(tier),
                 "prompt_tokens": pa.array(rng.integers(5, 60, n, dtype=np.int32)),

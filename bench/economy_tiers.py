@@ -33,6 +33,7 @@ def _r(x, n=4):
 def job_figures(work: Path, run_id: str, setup: dict, judge=None) -> dict:
     from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.store.hashing import hex_key
     from rlhf.store.io import read_table
 
     judge = judge or WorldGoldJudge()
@@ -40,7 +41,8 @@ def job_figures(work: Path, run_id: str, setup: dict, judge=None) -> dict:
              if r["run_id"] == run_id and r["response_text"] is not None]
     texts = [r for r in rolls if r["scorer"] not in ("fallback",)]
     gold = score_all(judge, [r["prompt_text"] for r in texts], [r["response_text"] for r in texts])
-    key = {(r["step"], r["prompt_id"], r["response_hash"]): g for r, g in zip(texts, gold)}
+    # rollouts hold the response's 64-bit key; rm_scores and human_labels its full hash
+    key = {(r["step"], r["prompt_id"], r["response_key"]): g for r, g in zip(texts, gold)}
     floor = float(np.quantile(gold, BAD_QUANTILE)) if gold else None
     bad = [g <= floor for g in gold] if gold else []
     l2 = [r["tier"] == 2 for r in texts]
@@ -63,15 +65,15 @@ def job_figures(work: Path, run_id: str, setup: dict, judge=None) -> dict:
         out["human_labels"] = len(labels)
         # keyed by sample, not step: an RM check labels samples of its last few steps
         by_sample = {(k[1], k[2]): g for k, g in key.items()}
-        pairs = [(x["score"], by_sample[(x["prompt_id"], x["response_hash"])]) for x in labels
-                 if (x["prompt_id"], x["response_hash"]) in by_sample]
+        pairs = [(x["score"], by_sample[(x["prompt_id"], hex_key(x["response_hash"]))])
+                 for x in labels if (x["prompt_id"], hex_key(x["response_hash"])) in by_sample]
         out["human_vs_gold_spearman"] = (_r(spearman([a for a, _ in pairs], [b for _, b in pairs]))
                                          if len(pairs) >= 3 else None)
     scores = [s for s in read_table("rm_scores", work / "rm_scores").to_pylist()
               if s["run_id"] == run_id and s["rm_name"] == "light_rm"]
     win: dict[int, list] = {}
     for s in scores:
-        g = key.get((s["step"], s["prompt_id"], s["response_hash"]))
+        g = key.get((s["step"], s["prompt_id"], hex_key(s["response_hash"])))
         if g is not None:
             win.setdefault((s["step"] - 1) // WINDOW_STEPS * WINDOW_STEPS + 1, []).append(
                 (s["score"], g, s["rm_version"]))

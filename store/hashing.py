@@ -5,6 +5,9 @@
 - `prompt_key(prompt_id)`: a signed 64-bit integer derived from a prompt id, stored next to it
   in the big tables (`rollouts`, and the `pool` / `difficulty` tables they are joined with), so
   the audits group and join 8-byte integers instead of 64-character strings (bench/bench_query.py).
+- `response_key(text)`: the rollouts' response identity, 64 bits of `content_hash(text)` (its
+  first 16 hex digits, signed): 8 bytes a row where the full hash took ~34 (bench/bench_query.py).
+  `hex_key(hash)` / `HEX_KEY_SQL` turn a full hash (rm_scores, human_labels, preferences) into it.
 - `tree_hash(folder)`: a stable id of a model folder's contents (the RM version in `rm_scores`).
 - `hash_fraction(key)` / `hashed_split(key, shares)`: a stable number in [0, 1) from a text and
   the split it falls in; every split of the pipeline (pool reward / ppo / eval, held-out pairs,
@@ -53,10 +56,32 @@ def hashed_split(key: str, shares: Iterable[tuple[str, float]]) -> str:
     return next(name for name, share in reversed(shares) if share > 0)
 
 
-# `prompt_key` in DuckDB SQL (the first 16 hex digits of sha256 as UBIGINT, then two's complement)
-PROMPT_KEY_SQL = ("((('0x' || sha256({id})[1:16])::UBIGINT)::HUGEINT"
-                  " - ((('0x' || sha256({id})[1:16])::UBIGINT) >> 63)::HUGEINT"
-                  " * 18446744073709551616)::BIGINT")
+# `hex_key` in DuckDB SQL (the first 16 hex digits as UBIGINT, then two's complement)
+HEX_KEY_SQL = ("((('0x' || ({hex})[1:16])::UBIGINT)::HUGEINT"
+               " - ((('0x' || ({hex})[1:16])::UBIGINT) >> 63)::HUGEINT"
+               " * 18446744073709551616)::BIGINT")
+# `prompt_key` in DuckDB SQL: `hex_key` of the id's sha256
+PROMPT_KEY_SQL = HEX_KEY_SQL.replace("{hex}", "sha256({id})")
+
+
+def hex_key(hex_hash: str) -> int:
+    """The first 16 hex digits of a hash (`content_hash`, sha256 hexdigest) as a signed int64;
+    `HEX_KEY_SQL.format(hex="response_hash")` is the same in DuckDB."""
+    return int.from_bytes(bytes.fromhex(hex_hash[:16]), "big", signed=True)
+
+
+def response_key(text: str) -> int:
+    """A rollout's response identity: `hex_key(content_hash(text))`, 64 bits of its sha256.
+
+    The rollouts table stores this key (8 bytes a row) instead of the 64-character hash, which
+    alone cost more than the whole 32-byte row budget (bench/bench_query.py); the other tables
+    keep the full `response_hash`, and `hex_key` of it finds the rollout
+    (`rollouts.response_key = HEX_KEY_SQL.format(hex="rm_scores.response_hash")`). Two distinct
+    responses share a key with probability about n^2 / 2^65 for n rollouts (3e-6 at 10M); no
+    audit groups or joins by it, so a collision would only make two rollouts look alike to a
+    reader who compares keys.
+    """
+    return hex_key(content_hash(text))
 
 
 def prompt_key(prompt_id: str) -> int:

@@ -164,7 +164,9 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("prompt_key", pa.int64(), nullable=False),  # hashing.prompt_key(prompt_id)
         pa.field("prompt_hash", pa.string(), nullable=False),
-        pa.field("response_hash", pa.string(), nullable=False),
+        # hashing.response_key(response): 64 bits of its content_hash, not the 64-character hash
+        # (which alone cost ~34 bytes a row; rm_scores and human_labels keep the full hash)
+        pa.field("response_key", pa.int64(), nullable=False),
         pa.field("reward", pa.float32()),  # final scalar reward fed to PPO (null: skipped)
         pa.field("scorer", pa.string(), nullable=False),  # light_rm / strong_rm / reused / fallback
         pa.field("tier", pa.int8(), nullable=False),  # 0 probe, 1 policy + light RM, 2 escalated

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import write_shard
 from rlhf.store.rollouts import RolloutWriter, StepShardWriter
 
@@ -94,7 +95,7 @@ PREFERENCES = [("ann1", 0, 3.8), ("ann1", 0, 3.8), ("ann1", 1, 4.2), ("ann1", 1,
 def rollout_row(run: str, step: int, prompt: str, reward: float | None, tier: int, scorer: str,
                 i: int = 0) -> dict:
     return {"run_id": run, "step": step, "prompt_id": prompt, "prompt_hash": "h" + prompt,
-            "response_hash": f"r-{run}-{step}-{prompt}-{i}", "reward": reward, "scorer": scorer,
+            "response_key": response_key(f"r-{run}-{step}-{prompt}-{i}"), "reward": reward, "scorer": scorer,
             "tier": tier, "prompt_tokens": 3, "response_tokens": 7, "kl": 0.01, "flags": [],
             "checkpoint_id": f"{run}-policy-{step - 1}", "created_at": T0 + dt.timedelta(minutes=step),
             "prompt_text": None, "response_text": None}
@@ -113,7 +114,7 @@ def build(root: Path) -> Path:
                 if r[0] == run:
                     w.write([rollout_row(*r)])
         with StepShardWriter("rm_scores", root / "rm_scores", run, steps_per_bucket=2) as w:
-            w.write([{"run_id": r, "step": s, "prompt_id": p, "response_hash": f"r-{r}-{s}-{p}-0",
+            w.write([{"run_id": r, "step": s, "prompt_id": p, "response_hash": content_hash(f"r-{r}-{s}-{p}-0"),
                       "rm_name": n, "rm_version": v, "score": sc, "confidence": c,
                       "escalated": e, "queued": q, "scored_at": T0 + dt.timedelta(minutes=s)}
                      for r, s, p, n, v, sc, c, e, q in RM_SCORES if r == run])

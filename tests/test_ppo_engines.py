@@ -97,7 +97,7 @@ def test_zero3_two_processes_train_and_match_data_parallel(tmp_path, repo):
                       for m in ("critic", "policy") for r in (0, 1)]
 
     def rows(name):
-        return sorted((r["step"], r["prompt_id"], r["response_hash"])
+        return sorted((r["step"], r["prompt_id"], r["response_key"])
                       for r in read_table("rollouts", tmp_path / f"rows_{name}").to_pylist())
 
     assert len(rows("zero3")) == 2 * 2 * 4 and rows("zero3") == rows("none")

@@ -16,7 +16,7 @@ from rlhf.cli.app import app
 from rlhf.pipeline.config import build
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
-from rlhf.store.hashing import tree_hash
+from rlhf.store.hashing import hex_key, tree_hash
 from rlhf.store.io import read_table
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -56,7 +56,9 @@ def tiered_run(tmp_path_factory):
 
 
 def _key(row: dict) -> tuple:
-    return row["step"], row["prompt_id"], row["response_hash"]
+    """(step, prompt, response key) of a rollout, or of an RM score (its full hash's key)."""
+    key = row["response_key"] if "response_key" in row else hex_key(row["response_hash"])
+    return row["step"], row["prompt_id"], key
 
 
 def test_escalated_rollouts_are_scored_by_the_strong_rm(tiered_run):

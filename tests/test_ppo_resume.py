@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import ppo_tiny
+from rlhf.store.hashing import hex_key
 from rlhf.store.io import read_table
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,8 @@ def _rows(folder: Path, table: str = "rollouts") -> list[dict]:
         for stamp in ("created_at", "scored_at", "logged_at", "seconds_cum"):
             r.pop(stamp, None)  # wall-clock times, the fields that may differ
     return sorted(rows, key=lambda r: (r["step"], r.get("prompt_id") or "",
-                                       r.get("response_hash") or "", r.get("rm_name") or ""))
+                                       r.get("response_hash") or "", r.get("response_key") or 0,
+                                       r.get("rm_name") or ""))
 
 
 def _metrics(out: Path) -> list[dict]:
@@ -188,8 +190,8 @@ def test_two_processes_under_torchrun_end_with_identical_weights(tmp_path):
     assert len(rows) == 2 * 2 * 2  # steps x processes x batch per process
     # both processes' RM scores, gathered into the main process's one writer
     scores = read_table("rm_scores", tmp_path / "rm").to_pylist()
-    assert sorted((s["step"], s["response_hash"]) for s in scores if s["rm_name"] == "light_rm") \
-        == sorted((r["step"], r["response_hash"]) for r in rows)
+    assert sorted((s["step"], hex_key(s["response_hash"])) for s in scores
+                  if s["rm_name"] == "light_rm") == sorted((r["step"], r["response_key"]) for r in rows)
     assert sum(s["rm_name"] == "strong_rm" for s in scores) == sum(r["tier"] == 2 for r in rows)
     m = _metrics(tmp_path / "dp")
     assert [x["step"] for x in m] == [1, 2]  # logged once, by the main process

@@ -321,8 +321,8 @@ def test_resume_from_a_checkpoint_redoes_the_same_decisions_and_schedule_rows(tm
     strip = [{k: v for k, v in r.items() if k != "created_at"} for r in rows_a]
     assert sorted(({k: v for k, v in r.items() if k != "created_at"}
                    for r in read_table("rollouts", tmp_path / "rows_b").to_pylist()),
-                  key=lambda r: (r["step"], r["prompt_id"], r["response_hash"])) == \
-        sorted(strip, key=lambda r: (r["step"], r["prompt_id"], r["response_hash"]))
+                  key=lambda r: (r["step"], r["prompt_id"], r["response_key"])) == \
+        sorted(strip, key=lambda r: (r["step"], r["prompt_id"], r["response_key"]))
     assert (b / "weights-rank0.sha256").read_text() == (a / "weights-rank0.sha256").read_text()
 
 

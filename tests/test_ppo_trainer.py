@@ -15,7 +15,7 @@ from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.generate import rollout_dropout
 from rlhf.pipeline.ppo.trainer import CSV_COLUMNS, PPOTrainer, RunPaths, load_prompts
-from rlhf.store.hashing import content_hash
+from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import read_table
 
 SIX = ("rollout_success_rate", "reward_mean", "reward_std", "kl_div_mean", "clip_ratio",
@@ -184,7 +184,7 @@ def test_debug_rollouts_keep_text_and_plain_ppo_runs(tmp_path):
     assert (m["gae_lambda"], m["clip_range"], m["kl_coef"]) == (0.95, 0.2, 0.05)
     rows = read_table("rollouts", tmp_path / "rollouts").to_pylist()
     assert all(r["prompt_text"] in ppo_tiny.PROMPTS for r in rows)
-    assert all(content_hash(r["response_text"]) == r["response_hash"] for r in rows)
+    assert all(response_key(r["response_text"]) == r["response_key"] for r in rows)
 
 
 def test_load_prompts_from_jsonl_and_pool(tmp_path):
@@ -299,7 +299,7 @@ def test_rollouts_and_checkpoints_land_in_the_store_and_survive_a_resume(tmp_pat
         "\n".join(sorted(f"p{i:02d}" for i in range(len(ppo_tiny.PROMPTS)))))
     assert all((tmp_path / "run" / "checkpoints" / f"step-{c['step']:06d}").samefile(c["path"])
                for c in ckpts)
-    rows_before = sorted((r["step"], r["prompt_id"], r["response_hash"])
+    rows_before = sorted((r["step"], r["prompt_id"], r["response_key"])
                          for r in read_table("rollouts", store / "rollouts").to_pylist())
 
     def lineage(cid):
@@ -316,7 +316,7 @@ def test_rollouts_and_checkpoints_land_in_the_store_and_survive_a_resume(tmp_pat
     again = make_trainer(tmp_path, total_steps=4, checkpoint_table=store / "checkpoints")
     again.paths.rollouts = store / "rollouts"
     again.train(resume=True)
-    rows = sorted((r["step"], r["prompt_id"], r["response_hash"])
+    rows = sorted((r["step"], r["prompt_id"], r["response_key"])
                   for r in read_table("rollouts", store / "rollouts").to_pylist())
     assert rows == rows_before  # steps 3-4 redone exactly, stored once
     ckpts = read_table("checkpoints", store / "checkpoints").to_pylist()

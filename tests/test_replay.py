@@ -142,7 +142,7 @@ def test_a_resumed_run_restores_the_buffer(tmp_path):
 
     def replayed_at_3():
         rows = read_table("rollouts", tmp_path / "rollouts").to_pylist()
-        return sorted((r["prompt_id"], r["response_hash"], r["checkpoint_id"]) for r in rows
+        return sorted((r["prompt_id"], r["response_key"], r["checkpoint_id"]) for r in rows
                       if r["step"] == 3 and "replayed" in r["flags"])
 
     kw = {"total_steps": 3, "replay_on": True, "checkpoint_every": 2, "engine": "native"}

@@ -13,8 +13,10 @@ from rlhf.store.schemas import TABLES
 from synthetic_store import rollout_row
 
 
-def _step_rows(run: str, step: int, n: int = 3) -> list[dict]:
-    return [rollout_row(run, step, f"p{i}", float(step), 1, "light_rm", i=i) for i in range(n)]
+def _step_rows(run: str, step: int, n: int = 3, tiers: bool = False) -> list[dict]:
+    """n rows of a step; `tiers`: of tiers 2, 1, 0 in turn (else all tier 1)."""
+    return [rollout_row(run, step, f"p{i}", float(step), (step + 2 * i) % 3 if tiers else 1,
+                        "light_rm", i=i) for i in range(n)]
 
 
 def test_layout_is_partitioned_sorted_and_whole_steps(tmp_path):
@@ -22,7 +24,7 @@ def test_layout_is_partitioned_sorted_and_whole_steps(tmp_path):
     with RolloutWriter(root, "run-1", steps_per_bucket=10, rows_per_shard=7,
                        row_group_size=4) as w:
         for step in range(25):
-            w.write(_step_rows("run-1", step))
+            w.write(_step_rows("run-1", step, tiers=True))
     shards = run_shards(root, "run-1")
     assert {p.parent.name for _, _, p in shards} == {"step_bucket=0", "step_bucket=1", "step_bucket=2"}
     covered = []
@@ -41,12 +43,14 @@ def test_layout_is_partitioned_sorted_and_whole_steps(tmp_path):
         bounds = [(meta.row_group(i).column(col).statistics.min,
                    meta.row_group(i).column(col).statistics.max) for i in range(meta.num_row_groups)]
         assert all(a[1] <= b[0] for a, b in zip(bounds, bounds[1:]))
-        # Inside a row group rows are ordered by prompt_key (what the audits group and join by).
-        keys = table.column("prompt_key").to_pylist()
+        # Inside a row group rows are ordered by tier (the rm audit reads tier 2), then by
+        # prompt_key (what the audits group and join by).
+        keys = list(zip(table.column("tier").to_pylist(), table.column("prompt_key").to_pylist()))
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         for lo, n in zip(starts, sizes):
             assert keys[lo:lo + n] == sorted(keys[lo:lo + n])
-            assert keys[lo:lo + n] == [prompt_key(p) for p in table.column("prompt_id").to_pylist()[lo:lo + n]]
+            ids = table.column("prompt_id").to_pylist()[lo:lo + n]
+            assert [k for _, k in keys[lo:lo + n]] == [prompt_key(p) for p in ids]
         covered += range(first, last + 1)
     assert covered == list(range(25))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from rlhf.pipeline.ppo import wallclock
 from rlhf.pipeline.ppo.diagnostics import SUGGESTION_TEXT
 from rlhf.pipeline.ppo.scoring import scorer_identity
-from rlhf.store.hashing import content_hash
+from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import remove_partials, write_shard
 from rlhf.store.rollouts import StepShardWriter, run_folder
 
@@ -232,7 +232,7 @@ class Recorder:
         return [{
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
-            "response_hash": content_hash(r.responses[i]),
+            "response_key": response_key(r.responses[i]),
             # a fallback or a dropped pruned sample earned no score: null, never a stub's
             "reward": float(r.scores[i]) if bool(r.valid[i]) else None,
             "scorer": ("gated" if "gated" in r.flags[i]
