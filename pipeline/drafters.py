@@ -238,7 +238,10 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
                      *, suppress_pad: bool = True, keep_logits: bool = False) -> Generated:
     """Native decoding with drafts verified by `drafter.accept` (module docstring). No logits
     processors or stopping criteria beyond eos and max_new_tokens (their per-step calls do not
-    line up with several tokens a forward). Returns `Generated` with `drafted` / `accepted`."""
+    line up with several tokens a forward). Returns `Generated` with each row's drafted and
+    accepted tokens (`row_drafted` / `row_accepted`): every token the drafter proposed for the
+    row, the ones after a rejection in the same block too (proposed, never verified), and of
+    those the ones the rule accepted (reuse: the tokens kept from the old response)."""
     from transformers import DynamicCache, TemperatureLogitsWarper, TopPLogitsWarper
 
     ids, mask = enc["input_ids"], enc["attention_mask"]
@@ -284,7 +287,8 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     cache = DynamicCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                 cache=cache, use_cache=True)
-    forwards, token_forwards, batch_sizes, drafted, accepted = 1, B * P, [B], 0, 0
+    forwards, token_forwards, batch_sizes = 1, B * P, [B]
+    drafted, accepted = [0] * B, [0] * B  # per row
     raw0 = out.logits[:, -1]
     p0 = target(raw0)
     first = torch.multinomial(p0, 1).squeeze(1).tolist()
@@ -295,7 +299,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         for i, d in enumerate(d0):
             if d:
                 first[i], ok = resolve(drafter, p0[i], d[0], u0[i], i, 0)
-                drafted, accepted = drafted + 1, accepted + ok
+                drafted[i], accepted[i] = drafted[i] + 1, accepted[i] + ok
     for i in range(B):
         emit(i, first[i], lp0[i], ent0[i], raw0[i], p0[i])
     live = [i for i in range(B) if not (first[i] == eos or budget <= 1)]
@@ -329,7 +333,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         uniforms = torch.rand(len(live), K).tolist()  # fresh, drawn after the drafts
         still, n_acc = [], []
         for r, (i, d) in enumerate(zip(live, drafts)):
-            drafted += len(d)
+            drafted[i] += len(d)
             a, stop = 0, False
             for j, x in enumerate(d):
                 tok, ok = resolve(drafter, p[r, j], x, uniforms[r][j], i, len(gen[i]),
@@ -345,7 +349,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
                 if not stop:  # every draft accepted: one more token from the last position
                     emit(i, int(torch.multinomial(p[r, len(d)], 1)), logp[r][len(d)],
                          ents[r][len(d)], raw[r, len(d)], p[r, len(d)])
-            accepted += a
+            accepted[i] += a
             n_acc.append(a)
             slots = torch.zeros(1 + K, dtype=live_mask.dtype, device=dev)
             slots[: 1 + a] = 1   # the fed token and the accepted drafts; rejected slots masked
@@ -382,4 +386,4 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     return Generated(sequences=seq, prompt_len=P, forwards=forwards,
                      token_forwards=token_forwards, batch_sizes=batch_sizes,
                      sampled_logprobs=sampled, logprobs=logprobs, entropy=entropy,
-                     logits=logits, drafted=drafted, accepted=accepted, **costs)
+                     logits=logits, row_drafted=drafted, row_accepted=accepted, **costs)

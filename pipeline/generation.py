@@ -131,7 +131,11 @@ class Generated:
     `sampled_logprobs` under the distribution actually sampled (after the processors,
     temperature and top-p), `logprobs` / `entropy` under the trainer's old-log-prob definition
     (full-vocabulary softmax of the raw logits / temperature) and optionally those `logits`
-    [B, T, V]."""
+    [B, T, V].
+
+    Drafts are counted per row (`row_drafted` / `row_accepted`, one int a row, the one source of
+    truth); `drafted` / `accepted` are their sums. A batch decoded without a drafter (hf, plain
+    native) has 0 in every row."""
 
     sequences: object
     prompt_len: int
@@ -142,11 +146,29 @@ class Generated:
     logprobs: object = None
     entropy: object = None
     logits: object = None
-    drafted: int = 0            # tokens a drafter proposed (pipeline/drafters.py)
-    accepted: int = 0           # of those, accepted by the verification rule
+    row_drafted: list | None = None   # [B] tokens a drafter proposed for the row (drafters.py)
+    row_accepted: list | None = None  # [B] of those, accepted by the verification rule
     draft_forwards: int = 0     # sequential forwards of a draft model (draft_model.py)
     draft_token_forwards: int = 0  # token positions it pushed through its layers ...
     draft_share: float = 0.0    # ... which are this share of the policy's layers
+
+    def __post_init__(self):
+        rows = int(self.sequences.shape[0])
+        self.row_drafted = [int(n) for n in (self.row_drafted or [0] * rows)]
+        self.row_accepted = [int(n) for n in (self.row_accepted or [0] * rows)]
+        if not len(self.row_drafted) == len(self.row_accepted) == rows:
+            raise ValueError(f"per-row draft counts for {len(self.row_drafted)} / "
+                             f"{len(self.row_accepted)} rows, the batch has {rows}")
+
+    @property
+    def drafted(self) -> int:
+        """Tokens a drafter proposed in the batch (the sum over rows)."""
+        return sum(self.row_drafted)
+
+    @property
+    def accepted(self) -> int:
+        """Of those, accepted (the sum over rows)."""
+        return sum(self.row_accepted)
 
     @property
     def tokens(self):

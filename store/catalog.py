@@ -5,6 +5,9 @@ shards yet still gets a view, empty but typed, so queries written today keep wor
 folder with hive partitions (`rollouts/run_id=<id>/step_bucket=<k>/part-*.parquet`, see
 store/rollouts.py) is read with `hive_partitioning`, so a filter on `run_id` skips whole folders;
 partition keys that are not columns of the table's schema (`step_bucket`) stay out of the view.
+Shards written before a column was added to the schema read it as null (`union_by_name`, and
+a typed null column when no shard has it), so a store written by an older version still answers
+every query and audit of this one.
 
 `connect(root, locked=True)` is what `rlhf query` and `rlhf audit` use: once the views exist,
 DuckDB may read files under the store root only (no other file, no network), may not install or
@@ -56,6 +59,23 @@ def _duckdb_types(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple[str, 
         return [(row[0], row[1]) for row in con.execute(f"DESCRIBE {_quote_ident(helper)}").fetchall()]
     finally:
         con.unregister(helper)
+
+
+def _evolved_select(con: duckdb.DuckDBPyConnection, view: str,
+                    types: list[tuple[str, str]]) -> str | None:
+    """The select list of `view` when no shard has some of the schema's columns (a column added
+    after the store was written; `union_by_name` already reads it as null in older shards once
+    one shard has it): the schema's columns in order, the missing ones as typed nulls, then any
+    column the shards have beyond the schema. None when nothing is missing."""
+    have = [row[0] for row in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+        [view]).fetchall()]
+    if all(col in have for col, _ in types):
+        return None
+    known = {col for col, _ in types}
+    cols = [_quote_ident(col) if col in have else f"CAST(NULL AS {ctype}) AS {_quote_ident(col)}"
+            for col, ctype in types]
+    return ", ".join(cols + [_quote_ident(col) for col in have if col not in known])
 
 
 def _empty_view_sql(types: list[tuple[str, str]]) -> str:
@@ -118,7 +138,11 @@ def connect(root: str | Path, tables: list[str] | None = None,
                 extra = [k for k in keys if k not in typed]
                 if extra:
                     select = f"* EXCLUDE ({', '.join(_quote_ident(k) for k in extra)})"
-            con.execute(f"CREATE VIEW {ident} AS SELECT {select} FROM read_parquet({glob}, {options})")
+            source = f"read_parquet({glob}, {options})"
+            con.execute(f"CREATE VIEW {ident} AS SELECT {select} FROM {source}")
+            evolved = _evolved_select(con, name, types)
+            if evolved:  # no shard has some of the schema's columns: they read as null
+                con.execute(f"CREATE OR REPLACE VIEW {ident} AS SELECT {evolved} FROM {source}")
         else:
             con.execute(f"CREATE VIEW {ident} AS {_empty_view_sql(types)}")
     if locked:

@@ -117,7 +117,9 @@ class StepShardWriter:
             if last <= step:
                 continue
             if first <= step:
-                kept = pq.read_table(path)
+                # read as the schema is now: a column added since the shard was written
+                # (an older version's run, resumed) comes back null, not missing
+                kept = pq.read_table(path, schema=schema_for(self.table))
                 kept = kept.filter(pc.less_equal(kept["step"], step))
                 kept = kept.take(pc.sort_indices(kept["step"]))  # stable
                 new_last = pc.max(kept["step"]).as_py()

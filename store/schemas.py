@@ -175,6 +175,13 @@ TABLES: dict[str, pa.Schema] = {
         # tokens the policy generated for this row (pruned, regenerated and timed-out ones too);
         # null in rows written before the step accounting existed
         pa.field("generated_tokens", pa.int32()),
+        # of this row's generation, tokens a drafter proposed (ppo.draft) and of those the ones
+        # the verification rule accepted (reuse: kept from the old response); 0 without a
+        # drafter and in a replayed row (counted in the row of the step that generated it);
+        # null in rows written before the per-row counts existed. int32 like the token counts
+        # (parquet stores int16 as INT32 too: a narrower type saves no byte on disk)
+        pa.field("drafted", pa.int32()),
+        pa.field("accepted", pa.int32()),
         pa.field("kl", pa.float32()),  # sum over response tokens of the per-token KL to reference
         pa.field("flags", pa.list_(pa.string()), nullable=False),  # timeout, pruned, resampled, ...
         pa.field("checkpoint_id", pa.string(), nullable=False),  # policy version that generated it

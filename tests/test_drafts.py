@@ -220,3 +220,38 @@ def test_greedy_drafted_equals_native_and_a_restored_lookup_drafts_the_same():
     ctx = [enc["input_ids"][0].tolist()[-3:]]
     assert again.propose([0], ctx, [0], 4) == look.propose([0], ctx, [0], 4)
     assert again.history == look.history and look.history
+
+
+@pytest.mark.parametrize("kind", ["lookup", "reuse", "model"])
+def test_drafts_are_counted_per_row(kind):
+    """Each row's drafted and accepted tokens (`row_drafted` / `row_accepted`) add up to the
+    batch's totals, a row never accepts more than it was proposed, and the rows differ (the
+    counts are the row's own, not the batch's spread evenly). Reuse: the accepted tokens are
+    the ones kept from the row's old response, so a row with no old response drafts nothing.
+    The plain engines count 0 in every row."""
+    tok = tokenizer()
+    m = policy(tok)
+    enc = encode_prompts(tok, PROMPTS[:6])
+    s = Sampling(0.0, 1.0, 12)  # greedy: this random policy repeats itself, drafts are kept
+    if kind == "reuse":
+        drafter = ReuseDrafter()
+        old = get_generator("native").generate(m, tok, enc, s)
+        rows = [t[: int(n)] for t, n in zip(old.tokens.tolist(),
+                                            (old.tokens != tok.pad_token_id).sum(1))]
+        rows[0] = []  # no stored response: nothing to draft
+        drafter.prepare(rows, [lp[: len(t)] for lp, t in zip(old.sampled_logprobs.tolist(),
+                                                            rows)])
+    else:
+        drafter = LookupDrafter() if kind == "lookup" else ModelDrafter(0)
+    made = drafted_generate(m, tok, enc, s, drafter, k=4)
+    assert len(made.row_drafted) == len(made.row_accepted) == 6
+    assert sum(made.row_drafted) == made.drafted > 0
+    assert sum(made.row_accepted) == made.accepted > 0
+    assert all(0 <= a <= d for d, a in zip(made.row_drafted, made.row_accepted))
+    assert len(set(made.row_drafted)) > 1
+    if kind == "reuse":
+        assert made.row_drafted[0] == 0
+    for name in ("hf", "native"):
+        plain = get_generator(name).generate(m, tok, enc, s)
+        assert plain.row_drafted == plain.row_accepted == [0] * 6
+        assert plain.drafted == plain.accepted == 0

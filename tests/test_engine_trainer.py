@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from rlhf.store.io import read_table
 from test_ppo_trainer import make_trainer, metrics
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -24,6 +25,16 @@ def test_native_engine_trains_and_skips_the_old_logprob_pass(tmp_path, draft):
         assert x["ref_token_forwards"] > 0 and x["gen_token_forwards"] > 0
     if draft != "none":
         assert sum(x["drafted_tokens"] for x in m) > 0
+    # the rollout rows carry their drafts: per step they add up to the metrics' counts
+    rows = read_table("rollouts", tmp_path / "rollouts").to_pylist()
+    for x in m:
+        mine = [r for r in rows if r["step"] == x["step"]]
+        assert len(mine) == x["rollouts_started"]
+        assert sum(r["drafted"] for r in mine) == x["drafted_tokens"]
+        assert sum(r["accepted"] for r in mine) == x["accepted_tokens"]
+        assert all(0 <= r["accepted"] <= r["drafted"] for r in mine)
+        if draft == "none":
+            assert all(r["drafted"] == 0 for r in mine)
     if draft == "model":  # the draft model's own forwards are counted apart
         assert all(x["draft_forwards"] > 0 and x["draft_token_forwards"] > 0 for x in m)
 
@@ -49,6 +60,12 @@ def test_reuse_drafts_a_prompts_stored_response_and_checkpoints_the_store(tmp_pa
     m = metrics(tmp_path)
     assert [x["drafted_tokens"] > 0 for x in m] == [False, False, False, True]
     assert 0 < m[3]["accepted_tokens"] <= m[3]["drafted_tokens"]
+    # per row: the step-4 rows whose prompt came back drafted its old response and kept some
+    rows = [r for r in read_table("rollouts", tmp_path / "rollouts").to_pylist()
+            if r["step"] == 4]
+    assert sum(r["drafted"] for r in rows) == m[3]["drafted_tokens"]
+    assert sum(r["accepted"] for r in rows) == m[3]["accepted_tokens"]
+    assert all(0 <= r["accepted"] <= r["drafted"] for r in rows)
     state = json.loads((tmp_path / "run" / "checkpoints" / "step-000004" /
                         "trainer_state.json").read_text())
     store = state["hooks"]["drafts"]["store"]

@@ -247,6 +247,9 @@ def test_step_accounting_adds_up_to_the_stored_rows(tiered_run):
     for m in logged:
         rows = [r for r in rollouts if r["step"] == m["step"]]
         assert m["tokens_generated"] == sum(r["generated_tokens"] for r in rows) > 0
+        # no drafter (ppo.draft none, the hf engine): every row drafted nothing
+        assert m["drafted_tokens"] == m["accepted_tokens"] == 0
+        assert all(r["drafted"] == r["accepted"] == 0 for r in rows)
         assert m["rollouts_started"] == len(rows) == m["rollouts_trained"] + m["rollouts_skipped"]
         assert m["strong_rm_calls"] == sum(r["tier"] == 2 for r in rows)
         assert m["light_rm_calls"] >= sum(r["scorer"] != "fallback" for r in rows)

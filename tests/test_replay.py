@@ -30,7 +30,8 @@ def rollout(n: int, valid: list[bool], tag: str) -> Rollout:
                 response=torch.full((n, T), 5, dtype=torch.long),
                 response_mask=torch.ones(n, T, dtype=torch.bool), valid=torch.tensor(valid),
                 flags=[[] for _ in range(n)], policy_version=f"v-{tag}",
-                escalated=torch.zeros(n, dtype=torch.bool), extras={"generated_tokens": [T] * n})
+                escalated=torch.zeros(n, dtype=torch.bool),
+                extras={"generated_tokens": [T] * n, "drafted": [2] * n, "accepted": [1] * n})
     for f in ("scores", "confidence", "level1_scores", "level1_confidence"):
         setattr(r, f, torch.arange(n, dtype=torch.float32))
     for f in ("logprobs", "ref_logprobs", "kl", "entropy"):
@@ -75,6 +76,8 @@ def test_mix_appends_stored_rows_with_their_stored_logprobs_and_counts_them():
         assert torch.equal(mixed.logprobs[i], old.logprobs[j])
         assert torch.equal(mixed.kl[i], old.kl[j]) and float(mixed.scores[i]) == j
         assert mixed.flags[i] == ["replayed"] and mixed.extras["generated_tokens"][i] == 0
+        assert mixed.extras["drafted"][i] == mixed.extras["accepted"][i] == 0
+    assert mixed.extras["drafted"][:2] == [2, 2]  # the fresh rows keep their own
     assert mixed.extras["policy_version"] == [None, None, "v-a", "v-a"]
     assert [row["prompt_id"] for row in buf.rows][-2:] == ["b0", "b1"]  # the fresh ones stored
 
@@ -132,6 +135,8 @@ def test_replayed_rows_train_on_their_stored_logprobs_and_are_not_generated(tmp_
     rows = read_table("rollouts", tmp_path / "rollouts").to_pylist()
     replayed = [r for r in rows if "replayed" in r["flags"]]
     assert len(replayed) == 6 and all(r["generated_tokens"] == 0 for r in replayed)
+    # drafted at the step that generated them: 0 here (that step's row holds the counts)
+    assert all(r["drafted"] == r["accepted"] == 0 for r in replayed)
     assert all(r["checkpoint_id"] != f"test-run/policy-{r['step'] - 1:06d}" for r in replayed)
     gen = sum(r["generated_tokens"] for r in rows)
     assert gen == m[-1]["tokens_generated_cum"]

@@ -111,3 +111,65 @@ def test_view_keeps_the_schema_and_the_run_id_type(tmp_path):
     assert [r[0] for r in described] == TABLES["rollouts"].names  # no step_bucket column
     assert dict((r[0], r[1]) for r in described)["run_id"] == "VARCHAR"
     assert con.execute("SELECT DISTINCT run_id FROM rollouts").fetchall() == [("0042",)]
+
+
+# --- schema evolution: shards an older version wrote, without the per-row draft counts
+DRAFT_COLUMNS = ("drafted", "accepted")
+
+
+def _as_before_the_draft_columns(root) -> None:
+    """Rewrite every shard under `root` as an older writer left it: no drafted / accepted."""
+    for path in root.rglob("*.parquet"):
+        data = pq.read_table(path)
+        pq.write_table(data.drop_columns(list(DRAFT_COLUMNS)), path)
+
+
+def test_old_shards_read_the_draft_columns_as_null(tmp_path):
+    """A store written before `drafted` / `accepted` existed still answers: the views, `rlhf
+    query`, the audits and `read_table` read the two columns as null (not 0: unknown), alone
+    and next to a newer run's shards."""
+    from rlhf.cli.app import app
+    from rlhf.store.io import read_table
+    from typer.testing import CliRunner
+
+    root = tmp_path / "store" / "rollouts"
+    with RolloutWriter(root, "old", steps_per_bucket=2) as w:
+        for step in range(1, 4):
+            w.write(_step_rows("old", step))
+    _as_before_the_draft_columns(root)
+    assert all(c not in pq.read_schema(p).names for p in root.rglob("*.parquet")
+               for c in DRAFT_COLUMNS)
+    con = connect(tmp_path / "store", locked=True)
+    assert [r[0] for r in con.execute("DESCRIBE rollouts").fetchall()] == \
+        TABLES["rollouts"].names
+    assert con.execute("SELECT count(*), count(drafted), count(accepted) FROM rollouts"
+                       ).fetchall() == [(9, 0, 0)]
+    runner = CliRunner()
+    for args in (["query", "SELECT step, sum(drafted) AS d FROM rollouts GROUP BY ALL"],
+                 ["audit", "economy"], ["audit", "rewards"], ["tables"]):
+        res = runner.invoke(app, [*args, "--store", str(tmp_path / "store")])
+        assert res.exit_code == 0 and "Traceback" not in res.output, (args, res.output)
+    # a newer run beside it: its counts, and still null in the old rows
+    with RolloutWriter(root, "new", steps_per_bucket=2) as w:
+        w.write([{**row, "drafted": 4, "accepted": 3} for row in _step_rows("new", 1)])
+    con = connect(tmp_path / "store", locked=True)
+    got = con.execute("SELECT run_id, count(*), sum(drafted), sum(accepted) FROM rollouts "
+                      "GROUP BY ALL ORDER BY 1").fetchall()
+    assert got == [("new", 3, 12, 9), ("old", 9, None, None)]
+    rows = read_table("rollouts", root).to_pylist()
+    assert {(r["run_id"], r["drafted"]) for r in rows} == {("old", None), ("new", 4)}
+
+
+def test_a_resumed_run_trims_an_old_shard(tmp_path):
+    """A run written before the draft columns, resumed after: its writer trims the old shard
+    (the draft columns null in the rows kept) and writes the redone steps with them."""
+    root = tmp_path / "rollouts"
+    with RolloutWriter(root, "r", steps_per_bucket=100) as w:
+        for step in range(1, 4):
+            w.write(_step_rows("r", step))
+    _as_before_the_draft_columns(root)
+    with RolloutWriter(root, "r", steps_per_bucket=100, resume_after=2) as w:
+        w.write([{**row, "drafted": 2, "accepted": 1} for row in _step_rows("r", 3)])
+    got = connect(tmp_path).execute("SELECT step, count(*), sum(drafted) FROM rollouts "
+                                    "GROUP BY ALL ORDER BY 1").fetchall()
+    assert got == [(1, 3, None), (2, 3, None), (3, 3, 6)]

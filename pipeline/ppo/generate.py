@@ -79,6 +79,7 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
                                        keep_logits=cfg.kl_estimator == "full"
                                        and engine.has_logprobs)
         gen = made.tokens.cpu().tolist()
+        drafted, accepted = made.row_drafted, made.row_accepted
         if cost is not None:  # hf: every row stays in the batch until the last ends; native:
             cost.gen_forwards += made.forwards  # a stopped row leaves it
             cost.gen_token_forwards += made.token_forwards
@@ -89,6 +90,7 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False
+        drafted, accepted = [0] * len(texts), [0] * len(texts)
         for f in flags:
             f.append("generation_error")
         on_error(exc)
@@ -117,7 +119,10 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     r = Rollout(prompt_ids=ids, prompts=texts, responses=texts_out, query=enc["input_ids"],
                 query_mask=enc["attention_mask"], response=resp.to(device),
                 response_mask=resp_mask.to(device), valid=torch.tensor(valid, device=device),
-                flags=flags, policy_version=version, extras={"generated_tokens": generated})
+                flags=flags, policy_version=version,
+                # per row, what its generation cost, whatever happens to the sample (a fallback
+                # row keeps the tokens and drafts it spent): the rollout rows' columns
+                extras={"generated_tokens": generated, "drafted": drafted, "accepted": accepted})
     attach_sampled(r, made, cfg)
     if made is not None and made.sampled_logprobs is not None:  # what reuse drafts store
         slp = made.sampled_logprobs.cpu().tolist()

@@ -36,6 +36,13 @@ COST_COLUMNS = ("tokens_generated", "tokens_trained", "rollouts_started", "rollo
                 "light_rm_calls", "strong_rm_calls")  # train_metrics keeps their running sums
 
 
+def draft_counts(r, key: str) -> list[int]:
+    """Per row of `r`, its `extras[key]` ("drafted" / "accepted": generate.py) as an int; 0
+    where a row has none (a Rollout assembled without the generation phase drafted nothing)."""
+    values = r.extras.get(key) or [0] * len(r)
+    return [int(v or 0) for v in values]
+
+
 class Recorder:
     def __init__(self, cfg, paths, dist, scorer, strong_scorer=None):
         self.cfg, self.paths, self.dist = cfg, paths, dist
@@ -229,6 +236,7 @@ class Recorder:
         light_version = r.extras.get("rm_version", self.names[0][1])
         strong_version = self.names[1][1] if self.names[1] else None
         versions = r.extras.get("policy_version") or [None] * len(r)
+        drafted, accepted = draft_counts(r, "drafted"), draft_counts(r, "accepted")
         return [{
             "run_id": self.paths.run_id, "step": step, "prompt_id": r.prompt_ids[i],
             "prompt_hash": content_hash(r.prompts[i]),
@@ -244,6 +252,9 @@ class Recorder:
             "tier": 2 if bool(r.escalated[i]) else 1, "prompt_tokens": int(r.query_mask[i].sum()),
             "response_tokens": int(r.response_mask[i].sum()),
             "generated_tokens": int(r.extras["generated_tokens"][i]), "kl": float(kl_seq[i]),
+            # drafted tokens of the row's generation and how many were accepted (each step's
+            # rows sum to its StepCost drafted_tokens / accepted_tokens; a replayed row: 0)
+            "drafted": drafted[i], "accepted": accepted[i],
             "flags": r.flags[i], "created_at": now,
             # the policy that generated the row (a replayed row: an earlier one)
             "checkpoint_id": versions[i] or r.policy_version,

@@ -17,8 +17,9 @@ the policy has moved since they were generated). Here:
   step's (the critic runs on the whole batch); its reward and KL penalty are the stored ones;
 - it costs no generation, no RM call and no old-log-prob pass (all counted when it was first
   generated): `rollouts_replayed` says how many trained rows came from the buffer. Its store
-  row carries the flag `replayed` and the checkpoint that generated it; its RM score is not
-  written to `rm_scores` again.
+  row carries the flag `replayed` and the checkpoint that generated it, and 0 generated,
+  drafted and accepted tokens (what they were is in the row of the step that generated it);
+  its RM score is not written to `rm_scores` again.
 
 The buffer is this hook's state, saved in every checkpoint (hooks.py), so `--resume` continues
 with it. One process only (the checkpoint saves rank 0's hooks).
@@ -122,7 +123,12 @@ class ReplayBuffer(HookBase):
                       flags=[row["flags"] + ["replayed"] for row in rows],
                       policy_version=rows[0]["version"],
                       escalated=torch.tensor([row["escalated"] for row in rows], device=device),
-                      extras={"generated_tokens": [0] * len(rows),
+                      # a replayed row costs this step no generation: its tokens and drafts
+                      # are in the row stored at the step that generated it (same response,
+                      # no `replayed` flag), so here they are 0 and each step's rows add up to
+                      # its StepCost
+                      extras={"generated_tokens": [0] * len(rows), "drafted": [0] * len(rows),
+                              "accepted": [0] * len(rows),
                               "policy_version": [row["version"] for row in rows]})
         for f in ROW_FIELDS:
             setattr(out, f, torch.tensor([row[f] for row in rows], device=device))

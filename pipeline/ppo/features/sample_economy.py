@@ -339,6 +339,8 @@ class Resample(HookBase):
             r.level1_scores[i] = r.scores[i] = s[k]
             r.level1_confidence[i] = r.confidence[i] = c[k]
             r.extras["generated_tokens"][i] += len(cont[k])
+            # its drafted / accepted stay the first draw's: the continuation is decoded
+            # without drafts (continue_from_prefix: model.generate)
             r.extras["resampled"][i] = True
             ended = tok.eos_token_id in cont[k]
             r.flags[i] = [f for f in r.flags[i] if f != "no_eos"] + (
