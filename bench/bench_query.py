@@ -141,6 +141,12 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
             created = pa.array((np.datetime64(T0.replace(tzinfo=None), "us")
                                 + (steps * 30).astype("timedelta64[s]")).astype("datetime64[us]"), ts)
             raw_hash = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+            generated = rng.integers(10, 256, n, dtype=np.int32)
+            # r3 and r4 ran with a drafter (ppo.draft): about one proposal per generated token,
+            # 15 % accepted (spec_lookup's rate in BENCHMARKS.md); r1 and r2 drafted nothing
+            drafted = (rng.binomial(generated, 0.9).astype(np.int32) if run in ("r3", "r4")
+                       else np.zeros(n, np.int32))
+            accepted = rng.binomial(drafted, 0.15).astype(np.int32)
             response_hash = hex_of(raw_hash)  # rm_scores keep the full hash, rollouts its key
             rw.write(pa.table({
                 "run_id": pa.array([run] * n), "step": pa.array(steps),
@@ -150,7 +156,8 @@ def generate(root: Path, rows: int, seed: int = 0) -> None:
                 "tier": pa.array(tier),
                 "prompt_tokens": pa.array(rng.integers(5, 60, n, dtype=np.int32)),
                 "response_tokens": pa.array(rng.integers(10, 256, n, dtype=np.int32)),
-                "generated_tokens": pa.array(rng.integers(10, 256, n, dtype=np.int32)),
+                "generated_tokens": pa.array(generated),
+                "drafted": pa.array(drafted), "accepted": pa.array(accepted),
                 "kl": pa.array(rng.gamma(2.0, 0.02, n).astype(np.float32)),
                 "flags": pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(n_flags)]).astype(np.int32)),
                                                   pa.array(["pruned"] * int(n_flags.sum()), pa.string())),
