@@ -70,9 +70,13 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
             scores[:, pad] = -float("inf")
         for p in logits_processors:
             scores = p(seq, scores)
-        for w in warpers:
-            scores = w(seq, scores)
+        # temperature and top-p work row by row: on the live rows only (a finished row's scores
+        # stay as the processors left them; top-p's sort is the loop's largest cost after the
+        # forward on a small model)
         s_live = scores[live]
+        for w in warpers:
+            s_live = w(seq[live], s_live)
+        scores[live] = s_live
         if sampling.greedy:
             tok_live = s_live.argmax(-1)
         else:

@@ -109,6 +109,14 @@ def test_heldout_figure_takes_the_judge(tmp_path):
                   top_p=1.0, seed=0)
     scores = rm.score([t for _, t in prompts], [o[0].response for o in outs])
     assert got["gold_mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-4)
+    # `engine` picks the sampler (the ppo stage passes ppo.engine): the native engine's draws at
+    # the same seed are other responses, and the figure is theirs
+    native = gold_eval(paths["policy"], prompts, s, 0, judge=rm, per_prompt=True, engine="native")
+    outs_n = sample(model, tok, [t for _, t in prompts], n=1, max_new_tokens=6, temperature=0.8,
+                    top_p=1.0, seed=0, engine="native")
+    assert [o[0].response for o in outs_n] != [o[0].response for o in outs]
+    assert native["scores"] == pytest.approx(
+        rm.score([t for _, t in prompts], [o[0].response for o in outs_n]), abs=1e-4)
 
 
 def test_bad_judge_is_one_error_line(tmp_path):

@@ -268,10 +268,11 @@ def test_a_pruned_row_kept_as_terminal_gets_its_defined_reward(tmp_path, treatme
         assert float(r.scores[0]) == pytest.approx(float(earned[1:].min()))
 
 
-def test_resampling_regenerates_from_the_cut_and_pays_for_it(tmp_path):
+@pytest.mark.parametrize("engine", ["hf", "native"])
+def test_resampling_regenerates_from_the_cut_and_pays_for_it(tmp_path, engine):
     tr, tok = make(tmp_path, hooks=hooks_for(cfg_of(resample_on=True), None,
                                              tokenizer=ppo_tiny.tokenizer()),
-                   scorer=PromptScorer(), resample_on=True, max_new_tokens=8)
+                   scorer=PromptScorer(), resample_on=True, max_new_tokens=8, engine=engine)
     batch = [("p00", ppo_tiny.PROMPTS[0])] + [(f"p{i:02d}", ppo_tiny.PROMPTS[i])
                                              for i in (1, 2, 3)]
     torch.manual_seed(1)
@@ -288,6 +289,11 @@ def test_resampling_regenerates_from_the_cut_and_pays_for_it(tmp_path):
     assert regen == len(new) - 2 and regen >= 1
     assert cost.features["tokens_regenerated"] == regen and cost.features["rollouts_resampled"] == 1
     assert cost.tokens_generated == sum(before) + regen and cost.rollouts_started == 5
+    # the regeneration's policy forwards are counted too (one row: at least one a new token),
+    # each pushing at least the prompt and the kept prefix through the policy once
+    assert cost.gen_forwards >= regen
+    prompt_len = int(r.query_mask[0].sum())
+    assert cost.gen_token_forwards >= prompt_len + 2 + regen - 1
     assert "resampled" in r.flags[0] and r.extras["first_draw"][0]["cut"] == 2
     tr.forward_logprobs(r)  # log-probs of the new row come from the normal pass, same shapes
     assert r.logprobs.shape == r.response.shape

@@ -20,12 +20,15 @@ from pathlib import Path
 
 
 def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
-              seed: int = 0, batch_size: int = 64, judge=None, per_prompt: bool = False) -> dict:
+              seed: int = 0, batch_size: int = 64, judge=None, per_prompt: bool = False,
+              engine: str = "hf") -> dict:
     """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos) at
     `sampling` (generation.Sampling), scored by `judge` (a pipeline/judges.Judge or a plain
     (prompt, response) -> float; None: the world's gold judge):
     {n, gold_mean, gold_std, response_tokens_mean} (+ `scores`, in prompt order, if
-    `per_prompt`)."""
+    `per_prompt`). `engine`: the generation engine that samples (generation.get_generator);
+    the ppo stage passes its own `ppo.engine`, so the held-out figure is sampled as PPO
+    samples."""
     from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.policy import load_policy, sample
 
@@ -34,7 +37,7 @@ def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
     texts = [t for _, t in prompts]
     outs = sample(model, tok, texts, n=1, max_new_tokens=sampling.max_new_tokens,
                   temperature=sampling.temperature, top_p=sampling.top_p, seed=seed,
-                  batch_size=batch_size)
+                  batch_size=batch_size, engine=engine)
     scores = score_all(judge, texts, [o[0].response for o in outs])
     n = len(scores)
     mean = sum(scores) / n if n else float("nan")
@@ -47,7 +50,7 @@ def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
 
 
 def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, sampling,
-            seed: int, judge=None) -> dict:
+            seed: int, judge=None, engine: str = "hf") -> dict:
     """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
     sampled alike (the same seed: a paired comparison), scored by `judge` (None: world gold);
     the report names the judge."""
@@ -58,12 +61,13 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     if not prompts:
         raise ValueError(f"no held-out (eval-split) prompts in {store_root}")
     judge = judge if judge is not None else WorldGoldJudge()
-    sft = gold_eval(sft_path, prompts, sampling, seed, judge=judge)
-    ppo = gold_eval(ppo_path, prompts, sampling, seed, judge=judge)
+    sft = gold_eval(sft_path, prompts, sampling, seed, judge=judge, engine=engine)
+    ppo = gold_eval(ppo_path, prompts, sampling, seed, judge=judge, engine=engine)
     return {"judge": judge.name, "n_prompts": len(prompts), "sft": sft, "ppo": ppo,
             "gold_gain": round(ppo["gold_mean"] - sft["gold_mean"], 4),
             "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                         "max_new_tokens": sampling.max_new_tokens, "seed": seed}}
+                         "max_new_tokens": sampling.max_new_tokens, "seed": seed,
+                         "engine": engine}}
 
 
 def rollouts_used(rollouts: str | Path, run_id: str) -> int:
@@ -97,5 +101,5 @@ def run_report(cfg, last: dict, policy: str | Path, out: str | Path, rollouts: s
               "escalated_rollouts": escalated_rollouts(rollouts, run_id)}
     if judge is not None and heldout_store is not None:
         report["heldout"] = compare(policy, Path(out) / "policy", heldout_store, sampling_of(cfg),
-                                    cfg.eval_seed, judge)
+                                    cfg.eval_seed, judge, engine=cfg.engine)
     return report

@@ -240,14 +240,19 @@ class EntropyStop(HookBase):
 
 # --------------------------------------------------------------------------- level three
 def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int]], sampling,
-                         device) -> list[list[int]]:
+                         device, engine: str = "hf", cost=None) -> list[list[int]]:
     """Generated continuations (cut at eos) of `prefixes[k]` after the prompt of row rows[k],
-    each within max_new_tokens - len(prefix) tokens, sampled with `sampling`; no hooks."""
+    each within max_new_tokens - len(prefix) tokens, sampled with `sampling`; no hooks.
+
+    `engine`: the generation engine (generation.get_generator; the trainer passes `ppo.engine`,
+    so under `native` a row whose budget is spent leaves the batch). `cost`: a StepCost that
+    gets the continuation's policy forwards and token-forwards (the tokens are the caller's to
+    count)."""
     from dataclasses import replace
 
     from transformers import StoppingCriteria
 
-    from rlhf.pipeline.generation import cut_at_eos, generate
+    from rlhf.pipeline.generation import cut_at_eos, get_generator
 
     pad, eos = tok.pad_token_id, tok.eos_token_id
     seqs = [r.query[i][r.query_mask[i].bool()].tolist() + list(p) for i, p in zip(rows, prefixes)]
@@ -265,9 +270,13 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
             return torch.full((input_ids.shape[0],), input_ids.shape[1] - width,
                               device=input_ids.device) >= limit
 
-    out = generate(model, tok, {"input_ids": ids.to(device), "attention_mask": mask.to(device)},
-                   replace(sampling, max_new_tokens=max(budget)),
-                   stopping_criteria=[Budget()]).sequences
+    made = get_generator(engine).generate(
+        model, tok, {"input_ids": ids.to(device), "attention_mask": mask.to(device)},
+        replace(sampling, max_new_tokens=max(budget)), stopping_criteria=[Budget()])
+    if cost is not None:
+        cost.gen_forwards += made.forwards
+        cost.gen_token_forwards += made.token_forwards
+    out = made.sequences
     return [cut_at_eos(g, eos, pad)[:b] for g, b in zip(out[:, width:].cpu().tolist(), budget)]
 
 
@@ -319,7 +328,7 @@ class Resample(HookBase):
         with ctx.generation() as model:
             model.eval()
             cont = continue_from_prefix(model, tok, r, rows, prefixes, sampling_of(ctx.cfg),
-                                        r.query.device)
+                                        r.query.device, engine=ctx.cfg.engine, cost=cost)
         new_tokens = sum(len(c) for c in cont)
         cost.add_generated(new_tokens, len(rows))
         cost.count("rollouts_resampled", len(rows))
@@ -340,7 +349,7 @@ class Resample(HookBase):
             r.level1_confidence[i] = r.confidence[i] = c[k]
             r.extras["generated_tokens"][i] += len(cont[k])
             # its drafted / accepted stay the first draw's: the continuation is decoded
-            # without drafts (continue_from_prefix: model.generate)
+            # without drafts (continue_from_prefix: the engine alone)
             r.extras["resampled"][i] = True
             ended = tok.eos_token_id in cont[k]
             r.flags[i] = [f for f in r.flags[i] if f != "no_eos"] + (
