@@ -139,4 +139,8 @@ def test_reward_stage_scorer_and_gold_comparison(tmp_path):
     res = compare(world["policy"], world["policy"], store, Sampling(0.8, 0.95, 4), seed=0)
     assert res["n_prompts"] == res["sft"]["n"] == res["ppo"]["n"] == 5
     assert res["sft"] == res["ppo"] and res["gold_gain"] == 0.0  # same policy, same sampling
-    assert res["sampling"] == {"temperature": 0.8, "top_p": 0.95, "max_new_tokens": 4, "seed": 0}
+    assert res["sampling"] == {"temperature": 0.8, "top_p": 0.95, "max_new_tokens": 4, "seed": 0,
+                               "engine": "hf"}
+    native = compare(world["policy"], world["policy"], store, Sampling(0.8, 0.95, 4), seed=0,
+                     engine="native")
+    assert native["sampling"]["engine"] == "native" and native["sft"] == native["ppo"]
