@@ -63,6 +63,17 @@ class StepCost:
         self.tokens_generated += int(n_tokens)
         self.rollouts_started += int(n_sequences)
 
+    def add_engine(self, made) -> None:
+        """Adds what one engine call (generation.Generated) counted: its sequential policy
+        forwards and token-forwards (hf: every row until the batch's last ends; native: a
+        stopped row leaves), drafted / accepted tokens and the draft model's forwards."""
+        self.gen_forwards += made.forwards
+        self.gen_token_forwards += made.token_forwards
+        self.drafted_tokens += made.drafted
+        self.accepted_tokens += made.accepted
+        self.draft_forwards += made.draft_forwards
+        self.draft_token_forwards += made.draft_token_forwards
+
     def count(self, name: str, n: int = 1) -> None:
         """Adds `n` to the per-feature counter `name`."""
         self.features[name] = self.features.get(name, 0) + int(n)

@@ -80,13 +80,8 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
                                        and engine.has_logprobs)
         gen = made.tokens.cpu().tolist()
         drafted, accepted = made.row_drafted, made.row_accepted
-        if cost is not None:  # hf: every row stays in the batch until the last ends; native:
-            cost.gen_forwards += made.forwards  # a stopped row leaves it
-            cost.gen_token_forwards += made.token_forwards
-            cost.drafted_tokens += made.drafted
-            cost.accepted_tokens += made.accepted
-            cost.draft_forwards += made.draft_forwards
-            cost.draft_token_forwards += made.draft_token_forwards
+        if cost is not None:
+            cost.add_engine(made)
         timed_out = time.monotonic() - started > cfg.generation_timeout_s
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # OOM and friends (§4.3)
         gen, timed_out = [[] for _ in texts], False

@@ -246,8 +246,8 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
 
     `engine`: the generation engine (generation.get_generator; the trainer passes `ppo.engine`,
     so under `native` a row whose budget is spent leaves the batch). `cost`: a StepCost that
-    gets the continuation's policy forwards and token-forwards (the tokens are the caller's to
-    count)."""
+    gets the engine's counts of the continuation (`StepCost.add_engine`; the tokens are the
+    caller's to count)."""
     from dataclasses import replace
 
     from transformers import StoppingCriteria
@@ -274,8 +274,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
         model, tok, {"input_ids": ids.to(device), "attention_mask": mask.to(device)},
         replace(sampling, max_new_tokens=max(budget)), stopping_criteria=[Budget()])
     if cost is not None:
-        cost.gen_forwards += made.forwards
-        cost.gen_token_forwards += made.token_forwards
+        cost.add_engine(made)
     out = made.sequences
     return [cut_at_eos(g, eos, pad)[:b] for g, b in zip(out[:, width:].cpu().tolist(), budget)]
 
