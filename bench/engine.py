@@ -1,6 +1,10 @@
-"""Rollout engine benchmark: hf (model.generate), native (stopped rows leave the batch) and
-native + each drafter of `--drafts`, on one policy; counted compute per 1,000 generated tokens
-first, then seconds (variants interleaved, `--repeats` rounds, median and min-max).
+"""Rollout engine benchmark: hf (model.generate), native (stopped rows leave the batch; its
+decode step pipeline/fast_decode.py), native-model-calls (the same loop calling the model each
+step: what the decode step saves) and native + each drafter of `--drafts`, on one policy;
+counted compute per 1,000 generated tokens first, then seconds (variants interleaved,
+`--repeats` rounds, median and min-max), without and with the PPO trainer's old-log-prob pass
+(run after hf only: an engine that returns the sampled distribution skips it, as the trainer
+does), and each variant's ratio to hf's generation + old-log-prob seconds per round.
 
     RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py --batches 16 64 \
         --repeats 5 --max-new-tokens 48                       # a tiny random Llama built here
@@ -21,8 +25,10 @@ Counts: `forwards` = sequential policy forwards; `row_fwd` = rows summed over th
 policy (prefill, decode, verification); all per 1,000 generated tokens. `accept` = accepted /
 drafted tokens. `draft_fwd` = the draft model's token positions (`--drafts model`: the policy's
 first `--draft-layers` layers) weighted by its share of the policy's layers, so tok_fwd +
-draft_fwd is the policy-equivalent compute of a variant. `reuse` drafts the prompt's previous
-native response with its stored log-probs (SPEC-RL's rule: not exact, an arm).
+draft_fwd is the policy-equivalent compute of a variant. `lp_fwd` = the token positions of the
+old-log-prob pass (0 where the engine's sampled distribution replaces it). `reuse` drafts the
+prompt's previous native response with its stored log-probs (SPEC-RL's rule: not exact, an
+arm).
 """
 
 from __future__ import annotations
@@ -40,7 +46,17 @@ from pathlib import Path
 import torch
 from rlhf.pipeline.draft_model import ModelDrafter
 from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
-from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
+from rlhf.pipeline.engine import native_generate
+from rlhf.pipeline.generation import (
+    Sampling,
+    cut_at_eos,
+    encode_prompts,
+    get_generator,
+    pad_responses,
+    response_logits,
+    token_entropy,
+    token_logprobs,
+)
 
 DRAFTS = ("lookup", "reuse", "model")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -78,6 +94,8 @@ def prompts_of(tok, batch: int, vocab: int, seed: int):
 def run(variant, model, tok, enc, sampling, k, old, draft_layers=0):
     if variant in ("hf", "native"):
         return get_generator(variant).generate(model, tok, enc, sampling)
+    if variant == "native-model-calls":  # native with the model called every step
+        return native_generate(model, tok, enc, sampling, fast=False)
     if variant == "native+lookup":
         return drafted_generate(model, tok, enc, sampling, LookupDrafter(), k)
     if variant == "native+model":
@@ -85,6 +103,25 @@ def run(variant, model, tok, enc, sampling, k, old, draft_layers=0):
     reuse = ReuseDrafter()
     reuse.prepare(*old)
     return drafted_generate(model, tok, enc, sampling, reuse, k)
+
+
+def old_logprob_pass(model, tok, enc, made, temperature: float) -> int:
+    """The PPO trainer's old-log-prob forward over the responses of `made`, as
+    pipeline/ppo/generate.py runs it when the engine returned no sampled distribution (hf);
+    the token positions it pushed. An engine that returns it (native) skips it, as the trainer
+    does, and costs 0."""
+    if made.logprobs is not None:
+        return 0
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    rows = [cut_at_eos(g, eos, pad) or [eos] for g in made.tokens.tolist()]
+    resp, mask = pad_responses(rows, pad)
+    dev = enc["input_ids"].device
+    resp, mask = resp.to(dev), mask.to(dev)
+    with torch.no_grad():
+        logits = response_logits(model, enc["input_ids"], enc["attention_mask"], resp, mask,
+                                 temperature)
+        token_logprobs(logits, resp), token_entropy(logits)
+    return resp.shape[0] * (enc["input_ids"].shape[1] + resp.shape[1])
 
 
 def main() -> None:
@@ -134,7 +171,7 @@ def main() -> None:
     if dev.type != "cpu":
         model = model.to(dev)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
-    variants = ("hf", "native", *(f"native+{d}" for d in args.drafts))
+    variants = ("hf", "native", "native-model-calls", *(f"native+{d}" for d in args.drafts))
     report = {"command": "bench/engine.py " + " ".join(sys.argv[1:]),
               "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
               "prompts": args.prompts or ("synthetic" if args.policy else "random ids"),
@@ -163,8 +200,13 @@ def main() -> None:
         old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
                       for g in prev.tokens.tolist()]
         old = (old_tokens, prev.sampled_logprobs.tolist())  # the distribution it was drawn from
+        for v in variants:  # warm-up, untimed: first calls pay one-off set-up costs
+            torch.manual_seed(99)
+            old_logprob_pass(model, tok, enc, run(v, model, tok, enc, sampling, args.draft_k, old,
+                                                  args.draft_layers), args.temperature)
         counts = {v: [] for v in variants}
         secs = {v: [] for v in variants}
+        secs_lp = {v: [] for v in variants}  # generation + the old-log-prob pass where it runs
         for rep in range(args.repeats):
             for v in variants:  # interleaved: the machine's load falls on every variant alike
                 torch.manual_seed(100 + rep)
@@ -173,28 +215,35 @@ def main() -> None:
                 if on_gpu:
                     torch.cuda.synchronize(dev)  # the GPU's queued work counts in the seconds
                 secs[v].append(time.perf_counter() - t)
+                lp_positions = old_logprob_pass(model, tok, enc, made, args.temperature)
+                if on_gpu:
+                    torch.cuda.synchronize(dev)
+                secs_lp[v].append(time.perf_counter() - t)
                 gen = sum(len(cut_at_eos(g, tok.eos_token_id, tok.pad_token_id))
                           for g in made.tokens.tolist())
                 counts[v].append((gen, made.forwards, sum(made.batch_sizes),
                                   made.token_forwards, made.drafted, made.accepted,
                                   made.draft_forwards,
-                                  made.draft_token_forwards * made.draft_share))
+                                  made.draft_token_forwards * made.draft_share, lp_positions))
         print(f"\nbatch {B}: counts per 1,000 generated tokens (summed over {args.repeats} runs)")
         print(f"{'variant':15s} {'tokens':>7s} {'forwards':>9s} {'row_fwd':>8s} {'tok_fwd':>8s} "
-              f"{'draft_fwd':>9s} {'accept':>7s}   seconds median [min, max] (shared machine)")
+              f"{'draft_fwd':>9s} {'lp_fwd':>7s} {'accept':>7s}   seconds median [min, max]; "
+              "with the old-log-prob pass")
         rows_out = report["batches"][str(B)] = {}
         if on_gpu:
             peak = torch.cuda.max_memory_allocated(dev) / 2**30
             report.setdefault("gpu_peak_gib", {})[str(B)] = round(peak, 3)
             print(f"(peak GPU memory over the batch's runs: {peak:.3f} GiB)")
         for v in variants:
-            gen, fw, rows, tf, dr, ac, dfw, dtf = (sum(c[i] for c in counts[v]) for i in range(8))
+            gen, fw, rows, tf, dr, ac, dfw, dtf, lpf = (sum(c[i] for c in counts[v])
+                                                        for i in range(9))
             per = 1000 / max(gen, 1)
             acc = f"{ac / dr:.3f}" if dr else "-"
-            s = secs[v]
-            print(f"{v:15s} {gen / args.repeats:7.0f} {fw * per:9.1f} {rows * per:8.1f} "
-                  f"{tf * per:8.1f} {dtf * per:9.1f} {acc:>7s}   {statistics.median(s):.3f} "
-                  f"[{min(s):.3f}, {max(s):.3f}]")
+            s, s_lp = secs[v], secs_lp[v]
+            print(f"{v:18s} {gen / args.repeats:7.0f} {fw * per:9.1f} {rows * per:8.1f} "
+                  f"{tf * per:8.1f} {dtf * per:9.1f} {lpf * per:7.1f} {acc:>7s}   "
+                  f"{statistics.median(s):.3f} [{min(s):.3f}, {max(s):.3f}]; "
+                  f"{statistics.median(s_lp):.3f} [{min(s_lp):.3f}, {max(s_lp):.3f}]")
             rows_out[v] = {"tokens_per_run": round(gen / args.repeats, 1),
                            "forwards_per_1k": round(fw * per, 1),
                            "row_forwards_per_1k": round(rows * per, 1),
@@ -204,7 +253,18 @@ def main() -> None:
                            "drafted": dr, "accepted": ac,
                            "acceptance": round(ac / dr, 4) if dr else None,
                            "seconds_median": round(statistics.median(s), 4),
-                           "seconds_min": round(min(s), 4), "seconds_max": round(max(s), 4)}
+                           "seconds_min": round(min(s), 4), "seconds_max": round(max(s), 4),
+                           "oldlp_token_forwards_per_1k": round(lpf * per, 1),
+                           "seconds_with_oldlp_median": round(statistics.median(s_lp), 4),
+                           "seconds_with_oldlp_min": round(min(s_lp), 4),
+                           "seconds_with_oldlp_max": round(max(s_lp), 4)}
+        hf_lp = statistics.median(secs_lp["hf"])
+        for v in variants[1:]:  # the goal's ratio: generation + old-log-prob pass, against hf
+            ratios = [a / b for a, b in zip(secs_lp[v], secs_lp["hf"])]  # per interleaved round
+            rows_out[v]["ratio_vs_hf_with_oldlp_median"] = round(statistics.median(ratios), 3)
+            print(f"  {v}: {statistics.median(secs_lp[v]) / hf_lp:.2f}x hf's seconds with the "
+                  f"old-log-prob pass (per-round ratios: median {statistics.median(ratios):.2f}, "
+                  f"[{min(ratios):.2f}, {max(ratios):.2f}])")
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -284,6 +284,7 @@ ENGINE_COLUMNS = (("tokens_per_run", "tokens / run"), ("forwards_per_1k", "forwa
                   ("token_forwards_per_1k", "token-forwards"),
                   ("draft_forwards_per_1k", "draft forwards"),
                   ("draft_token_forwards_per_1k", "draft token-forwards (policy-equivalent)"),
+                  ("oldlp_token_forwards_per_1k", "old-log-prob token-forwards"),
                   ("acceptance", "acceptance"))
 
 
@@ -291,8 +292,8 @@ def engine_bench_page(root: Path) -> str:
     """bench/engine.py's JSON results (bench/data/engine_*.json): counted compute per 1,000
     generated tokens of each rollout engine and drafter, then the interleaved seconds."""
     lines = ["# Rollout engine benchmark", "",
-             f"<!-- written by `{COMMAND}` from bench/data/engine_*.json and "
-             "bench/data/gpu/engine_*.json: rerun it -->", "",
+             (f"<!-- written by `{COMMAND}` from bench/data/engine_*.json and "
+              "bench/data/gpu/engine_*.json: rerun it -->"), "",
              ("Counts per 1,000 generated tokens (summed over the repeats): sequential policy "
               "forwards, rows summed over them (what a finished row still costs under `hf`), token "
               "positions pushed through the policy (prefill, decode, verification); the draft "
@@ -300,6 +301,9 @@ def engine_bench_page(root: Path) -> str:
               "policy's layers (`native+model`; add them to the policy's for its compute); "
               "acceptance = accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
               "[min, max] over the rounds; the load average at the start says what else ran. "
+              "Where recorded, also with the PPO trainer's old-log-prob pass (run after `hf` "
+              "only: `native` returns the sampled distribution, which replaces it) and the "
+              "median over rounds of each variant's ratio to `hf`'s (the engine goal: ≤ 0.5x). "
               "What the engines are: [../engine.md](../engine.md)."), ""]
     data = root / "bench" / "data"  # the CPU runs, then the GPU runs (bench/gpu_device.sh)
     files = sorted(data.glob("engine_*.json")) + sorted(data.glob("gpu/engine_*.json"))
@@ -321,13 +325,23 @@ def engine_bench_page(root: Path) -> str:
                    + (f"; {r['gpu']}, {r.get('dtype')}, peak GPU memory per batch (GiB) "
                       f"{r.get('gpu_peak_gib')}" if r.get("gpu") else "")), ""]
         for batch, rows in r.get("batches", {}).items():
+            with_lp = any("seconds_with_oldlp_median" in row for row in rows.values())
+            extra = (" | seconds with the old-log-prob pass | ÷ hf's, per round |"
+                     if with_lp else " |")
             lines += [f"### batch {batch}", "",
-                      "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds |",
-                      "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1)]
+                      "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds"
+                      + extra, "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1 + 2 * with_lp)]
             for v, row in rows.items():
                 cells = ["–" if row.get(k) is None else _fmt(row[k]) for k, _ in ENGINE_COLUMNS]
-                lines.append(f"| {v} | " + " | ".join(cells) + f" | {_fmt(row['seconds_median'])} "
-                             f"[{_fmt(row['seconds_min'])}, {_fmt(row['seconds_max'])}] |")
+                line = (f"| {v} | " + " | ".join(cells) + f" | {_fmt(row['seconds_median'])} "
+                        f"[{_fmt(row['seconds_min'])}, {_fmt(row['seconds_max'])}] |")
+                if with_lp:
+                    ratio = row.get("ratio_vs_hf_with_oldlp_median")
+                    line += (f" {_fmt(row['seconds_with_oldlp_median'])} "
+                             f"[{_fmt(row['seconds_with_oldlp_min'])}, "
+                             f"{_fmt(row['seconds_with_oldlp_max'])}] | "
+                             + ("–" if ratio is None else f"{_fmt(ratio)}x") + " |")
+                lines.append(line)
             lines.append("")
     return "\n".join(lines)
 

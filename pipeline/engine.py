@@ -10,7 +10,10 @@ pad suppressed, then the caller's processors, then temperature, then top-p.
 What differs is the cost. `model.generate` keeps every row until the batch's last one ends (a
 finished row is fed pad tokens); here a row that emitted eos or was stopped by a criterion has
 its cache rows dropped (`DynamicCache.batch_select_indices`) before the next forward, so the
-next forward pushes only the live rows. The processors and criteria still see the full batch
+next forward pushes only the live rows. After the prefill, the steps run through
+`fast_decode.FastDecoder` where it reproduces the model's forward bit for bit (Llama, Qwen2:
+the same logits without transformers' per-call overhead, which sets a small model's decode
+time); any other model is called each step. The processors and criteria still see the full batch
 (`input_ids` [B, P + t], scores [B, V]: a finished row's scores are zeros and its appended
 tokens pad, as model.generate would give them), so a hook that keeps per-row state by batch
 index works unchanged.
@@ -35,12 +38,16 @@ from rlhf.pipeline.generation import Generated, Sampling, position_ids
 @torch.no_grad()
 def native_generate(model, tokenizer, enc, sampling: Sampling, *,
                     logits_processors: Sequence = (), stopping_criteria: Sequence = (),
-                    suppress_pad: bool = True, keep_logits: bool = False) -> Generated:
+                    suppress_pad: bool = True, keep_logits: bool = False,
+                    fast: bool = True) -> Generated:
     """Sample (or greedy-decode) one continuation per left-padded row of `enc`.
 
     `keep_logits`: also return the [B, T, V] raw logits / temperature of every generated
-    position (what a full-vocabulary KL needs; memory B x T x V floats)."""
-    from transformers import DynamicCache, TemperatureLogitsWarper, TopPLogitsWarper
+    position (what a full-vocabulary KL needs; memory B x T x V floats). `fast`: decode through
+    `FastDecoder` where it reproduces the model's forward bit for bit (Llama, Qwen2); False
+    calls the model every step (the same logits, slower)."""
+    from rlhf.pipeline.fast_decode import FastDecoder, top_p_sample
+    from transformers import DynamicCache, TemperatureLogitsWarper
 
     ids, mask = enc["input_ids"], enc["attention_mask"]
     B, P = ids.shape
@@ -48,13 +55,17 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     fill = pad if pad is not None else (eos if eos is not None else 0)
     temp = sampling.temperature if not sampling.greedy else 1.0
-    warpers = [] if sampling.greedy else [TemperatureLogitsWarper(sampling.temperature)] + (
-        [TopPLogitsWarper(sampling.top_p)] if sampling.top_p < 1.0 else [])
+    warpers = [] if sampling.greedy else [TemperatureLogitsWarper(sampling.temperature)]
     suppress = suppress_pad and pad is not None and pad != eos
 
     cache = DynamicCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                 cache=cache, use_cache=True)
+    decoder = FastDecoder.attach(model, cache, sampling.max_new_tokens) if fast else None
+    if decoder is not None:
+        cache = None  # copied into the decoder's preallocated keys and values
+    last = out.logits[:, -1]
+    del out
     forwards, token_forwards, batch_sizes = 1, B * P, [B]
     live = torch.arange(B, device=dev)          # original row of each cache row
     live_mask = mask.clone()                    # [live, P + t] attention mask of the cache rows
@@ -63,7 +74,7 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     seq = ids
     lp_sampled, lp_full, ent, kept_logits = [], [], [], []
     for t in range(sampling.max_new_tokens):
-        raw = out.logits[:, -1].float()                               # [live, V]
+        raw = last.float()                               # [live, V]
         scores = torch.zeros(B, raw.shape[-1], device=dev)
         scores[live] = raw
         if suppress:
@@ -71,16 +82,15 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
         for p in logits_processors:
             scores = p(seq, scores)
         # temperature and top-p work row by row: on the live rows only (a finished row's scores
-        # stay as the processors left them; top-p's sort is the loop's largest cost after the
-        # forward on a small model)
+        # stay as the processors left them); top-p and the draw from a partial sort
         s_live = scores[live]
         for w in warpers:
             s_live = w(seq[live], s_live)
-        scores[live] = s_live
         if sampling.greedy:
             tok_live = s_live.argmax(-1)
         else:
-            tok_live = torch.multinomial(torch.softmax(s_live, -1), 1).squeeze(1)
+            s_live, tok_live = top_p_sample(s_live, sampling.top_p)
+        scores[live] = s_live
         nxt = torch.full((B,), fill, dtype=torch.long, device=dev)
         nxt[live] = tok_live
         seq = torch.cat([seq, nxt[:, None]], 1)
@@ -111,11 +121,15 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
             break
         keep = (~finished[live]).nonzero().squeeze(1)
         if len(keep) < len(live):                   # the stopped rows leave the batch
-            cache.batch_select_indices(keep)
+            (decoder or cache).batch_select_indices(keep)
             live, live_mask = live[keep], live_mask[keep]
         live_mask = torch.cat([live_mask, torch.ones_like(live_mask[:, :1])], 1)
-        out = model(input_ids=seq[live, -1:], attention_mask=live_mask,
-                    position_ids=next_pos[live][:, None], cache=cache, use_cache=True)
+        if decoder is not None:
+            last = decoder.step(seq[live, -1:], next_pos[live], live_mask)
+        else:
+            last = model(input_ids=seq[live, -1:], attention_mask=live_mask,
+                         position_ids=next_pos[live][:, None], cache=cache,
+                         use_cache=True).logits[:, -1]
         next_pos[live] += 1
         forwards += 1
         token_forwards += len(live)
