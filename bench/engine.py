@@ -4,7 +4,8 @@ step: what the decode step saves) and native + each drafter of `--drafts`, on on
 counted compute per 1,000 generated tokens first, then seconds (variants interleaved,
 `--repeats` rounds, median and min-max), without and with the PPO trainer's old-log-prob pass
 (run after hf only: an engine that returns the sampled distribution skips it, as the trainer
-does), and each variant's ratio to hf's generation + old-log-prob seconds per round.
+does), and each variant's ratio to hf's generation + old-log-prob seconds per round, also per
+generated token (the variants draw other samples, of other lengths).
 
     RLHF_TORCH_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python bench/engine.py --batches 16 64 \
         --repeats 5 --max-new-tokens 48                       # a tiny random Llama built here
@@ -261,10 +262,16 @@ def main() -> None:
         hf_lp = statistics.median(secs_lp["hf"])
         for v in variants[1:]:  # the goal's ratio: generation + old-log-prob pass, against hf
             ratios = [a / b for a, b in zip(secs_lp[v], secs_lp["hf"])]  # per interleaved round
+            # the same per generated token: each variant draws other samples, of other lengths
+            per_tok = [(a / max(ca[0], 1)) / (b / max(cb[0], 1)) for a, b, ca, cb in
+                       zip(secs_lp[v], secs_lp["hf"], counts[v], counts["hf"])]
             rows_out[v]["ratio_vs_hf_with_oldlp_median"] = round(statistics.median(ratios), 3)
+            rows_out[v]["ratio_vs_hf_with_oldlp_per_token_median"] = round(
+                statistics.median(per_tok), 3)
             print(f"  {v}: {statistics.median(secs_lp[v]) / hf_lp:.2f}x hf's seconds with the "
                   f"old-log-prob pass (per-round ratios: median {statistics.median(ratios):.2f}, "
-                  f"[{min(ratios):.2f}, {max(ratios):.2f}])")
+                  f"[{min(ratios):.2f}, {max(ratios):.2f}]; per generated token: median "
+                  f"{statistics.median(per_tok):.2f}, [{min(per_tok):.2f}, {max(per_tok):.2f}])")
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -303,7 +303,9 @@ def engine_bench_page(root: Path) -> str:
               "[min, max] over the rounds; the load average at the start says what else ran. "
               "Where recorded, also with the PPO trainer's old-log-prob pass (run after `hf` "
               "only: `native` returns the sampled distribution, which replaces it) and the "
-              "median over rounds of each variant's ratio to `hf`'s (the engine goal: ≤ 0.5x). "
+              "median over rounds of each variant's ratio to `hf`'s (the engine goal: ≤ 0.5x), also "
+              "per generated token where recorded (each variant draws other samples, of other "
+              "lengths). "
               "What the engines are: [../engine.md](../engine.md)."), ""]
     data = root / "bench" / "data"  # the CPU runs, then the GPU runs (bench/gpu_device.sh)
     files = sorted(data.glob("engine_*.json")) + sorted(data.glob("gpu/engine_*.json"))
@@ -326,11 +328,15 @@ def engine_bench_page(root: Path) -> str:
                       f"{r.get('gpu_peak_gib')}" if r.get("gpu") else "")), ""]
         for batch, rows in r.get("batches", {}).items():
             with_lp = any("seconds_with_oldlp_median" in row for row in rows.values())
+            per_tok = any("ratio_vs_hf_with_oldlp_per_token_median" in row
+                          for row in rows.values())
             extra = (" | seconds with the old-log-prob pass | ÷ hf's, per round |"
+                     + (" ÷ hf's per generated token |" if per_tok else "")
                      if with_lp else " |")
             lines += [f"### batch {batch}", "",
                       "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds"
-                      + extra, "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1 + 2 * with_lp)]
+                      + extra, "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1 + 2 * with_lp
+                                                   + (with_lp and per_tok))]
             for v, row in rows.items():
                 cells = ["–" if row.get(k) is None else _fmt(row[k]) for k, _ in ENGINE_COLUMNS]
                 line = (f"| {v} | " + " | ".join(cells) + f" | {_fmt(row['seconds_median'])} "
@@ -341,6 +347,10 @@ def engine_bench_page(root: Path) -> str:
                              f"[{_fmt(row['seconds_with_oldlp_min'])}, "
                              f"{_fmt(row['seconds_with_oldlp_max'])}] | "
                              + ("–" if ratio is None else f"{_fmt(ratio)}x") + " |")
+                    if per_tok:
+                        tok_ratio = row.get("ratio_vs_hf_with_oldlp_per_token_median")
+                        line += (" " + ("–" if tok_ratio is None else f"{_fmt(tok_ratio)}x")
+                                 + " |")
                 lines.append(line)
             lines.append("")
     return "\n".join(lines)

@@ -59,8 +59,11 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     suppress = suppress_pad and pad is not None and pad != eos
 
     cache = DynamicCache()
+    # the prefill's LM head on the last position only, as model.generate asks (logits_to_keep)
+    keep1 = {"logits_to_keep": 1} if getattr(model, "_supports_logits_to_keep",
+                                             lambda: False)() else {}
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                cache=cache, use_cache=True)
+                cache=cache, use_cache=True, **keep1)
     decoder = FastDecoder.attach(model, cache, sampling.max_new_tokens) if fast else None
     if decoder is not None:
         cache = None  # copied into the decoder's preallocated keys and values
@@ -82,7 +85,7 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
         for p in logits_processors:
             scores = p(seq, scores)
         # temperature and top-p work row by row: on the live rows only (a finished row's scores
-        # stay as the processors left them); top-p and the draw from a partial sort
+        # stay as the processors left them); top-p and the draw order only the nucleus' edge
         s_live = scores[live]
         for w in warpers:
             s_live = w(seq[live], s_live)

@@ -2,7 +2,7 @@
 model's own forward: bit for bit the same samples, log-probs and entropies (sampled, with left
 padding, rows leaving the batch, grouped-query attention), the model called once (the prefill)
 instead of once a step, and the model's own forward wherever the step could not reproduce it.
-Top-p from a partial sort: the warper's nucleus, and draws that follow it exactly (chi-square;
+Top-p that orders only the nucleus' edge: the warper's nucleus, and draws that follow it exactly (chi-square;
 two wrong samplers fail it)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import itertools
 import pytest
 import torch
 from ppo_tiny import PROMPTS, llama_config, tokenizer
+from rlhf.pipeline import fast_decode
 from rlhf.pipeline.engine import native_generate
 from rlhf.pipeline.fast_decode import FastDecoder, top_p_sample
 from rlhf.pipeline.generation import Sampling, encode_prompts, position_ids
@@ -137,34 +138,47 @@ def test_models_it_cannot_reproduce_keep_the_model_forward(tok):
     assert calls.n == made.forwards  # every step through the model
 
 
-# --------------------------------------------------------------- top-p from a partial sort
-def test_top_p_keeps_the_warpers_nucleus(tok):
-    """The kept tokens and their scores are TopPLogitsWarper's (top-p 0.95, 0.3 and 0: the most
-    likely token only) on real decode steps of a tiny Llama and on random rows of several
-    spreads (nuclei past the first partial sort included). A row may differ only where the warper's cumulative probability sits on the
-    bound to float rounding (the two sum the softmax in different orders)."""
-    model = _llama(tok)
-    made = native_generate(model, tok, dict(encode_prompts(tok, PROMPTS)), SAMPLING,
-                           keep_logits=True)
-    g = torch.Generator().manual_seed(0)
-    steps = made.logits.reshape(-1, made.logits.shape[-1])
-    batches = [steps[steps.abs().sum(-1) > 0]]  # finished rows' zeros: every token tied
-    batches += [torch.randn(256, 3000, generator=g) * s for s in (0.5, 2.0, 4.0, 8.0)]
-    rows = differing = 0
+# --------------------------------------------------------- top-p ordering the nucleus' edge
+def _nucleus_differences(batches):
+    """Rows where top_p_sample's kept tokens are not the warper's, and the rows compared."""
+    rows, differing = 0, []
     for top_p, scores in itertools.product((0.95, 0.3, 0.0), batches):
         want = TopPLogitsWarper(top_p)(None, scores)
         got, _ = top_p_sample(scores, top_p)
         rows += len(scores)
         same = (torch.isinf(want) == torch.isinf(got)).all(-1)
         assert torch.equal(want[same], got[same])  # kept scores are the input's own
-        for i in (~same).nonzero().flatten().tolist():  # rounding at the bound only
-            differing += 1
-            asc, order = torch.sort(scores[i].softmax(-1))
-            cum = asc.cumsum(-1)
-            moved = (torch.isinf(want[i]) != torch.isinf(got[i])).nonzero().flatten()
-            at = torch.nonzero(order[:, None] == moved[None, :])[:, 0]
-            assert (cum[at] - (1 - top_p)).abs().max() < 1e-6
-    assert rows > 1000 and differing <= rows // 1000
+        differing += [(top_p, scores[i], want[i], got[i])
+                      for i in (~same).nonzero().flatten().tolist()]
+    return rows, differing
+
+
+def test_top_p_keeps_the_warpers_nucleus(tok, monkeypatch):
+    """The kept tokens and their scores are TopPLogitsWarper's (top-p 0.95, 0.3 and 0: the most
+    likely token only) on real decode steps of a tiny Llama and on random rows of several
+    spreads (nuclei of one token to thousands; probabilities down to zero and pad-suppressed
+    -inf columns). A row may differ only where the warper's cumulative probability sits on the
+    bound to float rounding (the two sum the softmax in different orders). A margin that removes
+    buckets unordered past the bound fails it."""
+    model = _llama(tok)
+    made = native_generate(model, tok, dict(encode_prompts(tok, PROMPTS)), SAMPLING,
+                           keep_logits=True)
+    g = torch.Generator().manual_seed(0)
+    steps = made.logits.reshape(-1, made.logits.shape[-1])
+    batches = [steps[steps.abs().sum(-1) > 0]]  # finished rows' zeros: every token tied
+    batches += [torch.randn(256, 3000, generator=g) * s for s in (0.5, 2.0, 4.0, 8.0, 40.0)]
+    batches[-1][:, :7] = -float("inf")
+    rows, differing = _nucleus_differences(batches)
+    for top_p, row, want, got in differing:  # rounding at the bound only
+        asc, order = torch.sort(row.softmax(-1))
+        cum = asc.cumsum(-1)
+        moved = (torch.isinf(want) != torch.isinf(got)).nonzero().flatten()
+        at = torch.nonzero(order[:, None] == moved[None, :])[:, 0]
+        assert (cum[at] - (1 - top_p)).abs().max() < 1e-6
+    assert rows > 1000 and len(differing) <= rows // 1000
+    # wrong: buckets removed unordered up to 1.5 x (1 - top_p) cut into the nucleus
+    monkeypatch.setattr(fast_decode, "EDGE_MARGIN", -0.5)
+    assert len(_nucleus_differences(batches)[1]) > rows // 100
 
 
 def _counts(tokens, vocab):
@@ -174,8 +188,8 @@ def _counts(tokens, vocab):
 def test_top_p_sample_draws_the_nucleus_distribution(monkeypatch):
     """20,000 draws from one row whose two least likely tokens top-p removes: none of them is
     drawn, and the kept ones follow p / sum(kept p) (chi-square at p < 1e-6, fixed seed). Two
-    wrong samplers fail it: the whole distribution (no top-p), and a race with uniform instead
-    of exponential noise."""
+    wrong samplers fail it: the whole distribution (no top-p), and an inverse CDF fed a skewed
+    uniform (u squared)."""
     p = torch.tensor([0.45, 0.25, 0.151, 0.1, 0.03, 0.019])
     scores = p.log()[None].expand(N_DRAWS, -1).contiguous()
     kept = torch.tensor([True, True, True, True, False, False])  # ascending cumsum 0.019, 0.049
@@ -194,6 +208,7 @@ def test_top_p_sample_draws_the_nucleus_distribution(monkeypatch):
     torch.manual_seed(0)  # wrong: no top-p
     _, unfiltered = top_p_sample(scores, 1.0)
     assert statistic(unfiltered)[1] > 0
-    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, *a, **k: self.uniform_())
-    torch.manual_seed(0)  # wrong: uniform noise in the race
+    rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: rand(*a, **k) ** 2)
+    torch.manual_seed(0)  # wrong: a skewed uniform in the inverse CDF
     assert statistic(top_p_sample(scores, 0.95)[1])[0] > bound
