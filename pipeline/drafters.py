@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from rlhf.pipeline.generation import Generated, Sampling, position_ids
+from rlhf.pipeline.generation import Generated, Sampling, prefill
 
 DRAFTS = ("none", "lookup", "reuse", "model")
 
@@ -242,7 +242,7 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
     accepted tokens (`row_drafted` / `row_accepted`): every token the drafter proposed for the
     row, the ones after a rejection in the same block too (proposed, never verified), and of
     those the ones the rule accepted (reuse: the tokens kept from the old response)."""
-    from transformers import DynamicCache, TemperatureLogitsWarper, TopPLogitsWarper
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
     ids, mask = enc["input_ids"], enc["attention_mask"]
     B, P = ids.shape
@@ -284,12 +284,9 @@ def drafted_generate(model, tokenizer, enc, sampling: Sampling, drafter: Drafter
         slp[i].append(math.log(float(p_row[tok])))  # > 0: tok was drawn or accepted under p
         ent[i].append(ent_row)
 
-    cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                cache=cache, use_cache=True)
+    cache, raw0 = prefill(model, ids, mask)
     forwards, token_forwards, batch_sizes = 1, B * P, [B]
     drafted, accepted = [0] * B, [0] * B  # per row
-    raw0 = out.logits[:, -1]
     p0 = target(raw0)
     first = torch.multinomial(p0, 1).squeeze(1).tolist()
     lp0, ent0 = scored(raw0)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from rlhf.pipeline.generation import Generated, Sampling, position_ids
+from rlhf.pipeline.generation import Generated, Sampling, prefill
 
 
 @torch.no_grad()
@@ -47,7 +47,7 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     `FastDecoder` where it reproduces the model's forward bit for bit (Llama, Qwen2); False
     calls the model every step (the same logits, slower)."""
     from rlhf.pipeline.fast_decode import FastDecoder, top_p_sample
-    from transformers import DynamicCache, TemperatureLogitsWarper
+    from transformers import TemperatureLogitsWarper
 
     ids, mask = enc["input_ids"], enc["attention_mask"]
     B, P = ids.shape
@@ -58,17 +58,10 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     warpers = [] if sampling.greedy else [TemperatureLogitsWarper(sampling.temperature)]
     suppress = suppress_pad and pad is not None and pad != eos
 
-    cache = DynamicCache()
-    # the prefill's LM head on the last position only, as model.generate asks (logits_to_keep)
-    keep1 = {"logits_to_keep": 1} if getattr(model, "_supports_logits_to_keep",
-                                             lambda: False)() else {}
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
-                cache=cache, use_cache=True, **keep1)
+    cache, last = prefill(model, ids, mask)
     decoder = FastDecoder.attach(model, cache, sampling.max_new_tokens) if fast else None
     if decoder is not None:
         cache = None  # copied into the decoder's preallocated keys and values
-    last = out.logits[:, -1]
-    del out
     forwards, token_forwards, batch_sizes = 1, B * P, [B]
     live = torch.arange(B, device=dev)          # original row of each cache row
     live_mask = mask.clone()                    # [live, P + t] attention mask of the cache rows

@@ -83,6 +83,20 @@ def position_ids(mask):
     return (mask.cumsum(-1) - 1).clamp_min(0)
 
 
+def prefill(model, ids, mask):
+    """The prompt forward of a decode loop over left-padded `ids` / `mask` ([B, P]): (the
+    filled `DynamicCache`, the [B, V] logits of the next token). The LM head runs on the last
+    position only where the model supports it (`logits_to_keep`, as model.generate asks)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    keep1 = {"logits_to_keep": 1} if getattr(model, "_supports_logits_to_keep",
+                                             lambda: False)() else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                cache=cache, use_cache=True, **keep1)
+    return cache, out.logits[:, -1]
+
+
 def response_logits(model, query, query_mask, response, response_mask, temperature: float):
     """[B, T, V] logits / temperature at the T response positions of left-padded prompts
     ([B, P]) followed by right-padded responses ([B, T]): what scored the sampled tokens."""
