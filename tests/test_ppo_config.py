@@ -87,3 +87,38 @@ def test_config_and_schedules_import_without_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_extension_builds_remove_only_a_stale_lock(tmp_path, monkeypatch):
+    """A JIT build of DeepSpeed's cpu_adam killed mid-way leaves `lock` behind, and torch waits
+    on it without end: CI once hung 600 s per ZeRO-3 test on one. A lock older than the limit
+    goes (with a warning); a fresh one (a build running now) stays."""
+    import os
+    import time
+
+    from rlhf.pipeline.ppo.engines import extension_builds
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale, fresh = tmp_path / "cpu_adam" / "lock", tmp_path / "shm_comm" / "lock"
+    for lock in (stale, fresh):
+        lock.parent.mkdir()
+        lock.touch()
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    with pytest.warns(UserWarning, match="stale build lock"):
+        assert extension_builds(stale_after_s=900) == tmp_path
+    assert not stale.exists() and fresh.exists()
+
+
+def test_extension_builds_default_to_the_environment(monkeypatch):
+    import os
+    import sys
+    from pathlib import Path
+
+    from rlhf.pipeline.ppo.engines import extension_builds
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    root = extension_builds()
+    if os.access(sys.prefix, os.W_OK):  # the venv: its own builds, not ~/.cache's
+        assert root == Path(sys.prefix) / "torch_extensions"
+        assert os.environ["TORCH_EXTENSIONS_DIR"] == str(root)

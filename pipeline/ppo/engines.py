@@ -28,6 +28,9 @@ import copy
 import json
 import math
 import os
+import sys
+import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -36,6 +39,7 @@ from rlhf.pipeline.config import ConfigError
 from rlhf.pipeline.ppo.config import check_gradient_accumulation
 
 DEFAULT_DEEPSPEED_CONFIG = Path("configs/deepspeed_zero3.json")
+STALE_BUILD_LOCK_S = 900.0  # a JIT build of DeepSpeed's CPU ops takes about a minute on 2 cores
 
 
 class Engine:
@@ -230,11 +234,36 @@ def deepspeed_config(cfg, acc, hidden_size: int, path: Path | None = None) -> di
     return ds
 
 
+def extension_builds(stale_after_s: float = STALE_BUILD_LOCK_S) -> Path:
+    """Where torch JIT-builds DeepSpeed's ops (cpu_adam, shm_comm), made safe to wait on: one
+    folder per Python environment (`sys.prefix`/torch_extensions, unless TORCH_EXTENSIONS_DIR
+    names another or the environment is read-only), so two checkouts' venvs do not rebuild each
+    other's ops in the shared ~/.cache; and a build lock older than `stale_after_s` is removed
+    with a warning: torch waits on a lock without end, and a build killed mid-way leaves one."""
+    if "TORCH_EXTENSIONS_DIR" not in os.environ and os.access(sys.prefix, os.W_OK):
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(sys.prefix) / "torch_extensions")
+    from torch.utils.cpp_extension import get_default_build_root
+
+    named = os.environ.get("TORCH_EXTENSIONS_DIR")  # else ~/.cache/torch_extensions/py311_cpu/
+    root = Path(named) if named else Path(get_default_build_root())
+    for lock in root.glob("*/lock" if named else "*/*/lock"):
+        try:
+            age = time.time() - lock.stat().st_mtime
+            if age > stale_after_s:
+                lock.unlink()
+                warnings.warn(f"removed a stale build lock ({age / 60:.0f} min old): {lock}",
+                              stacklevel=2)
+        except FileNotFoundError:  # another process finished or removed it meanwhile
+            pass
+    return root
+
+
 def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: dict) -> Engines:
     try:
         import deepspeed
     except ImportError:
         raise ConfigError("ppo.sharding zero3 needs DeepSpeed (pip install deepspeed)") from None
+    extension_builds()
     world = acc.num_processes
     check_gradient_accumulation(cfg.gradient_accumulation_steps, world)
     if not torch.distributed.is_initialized():  # one process, started without torchrun
