@@ -30,6 +30,7 @@ from rlhf.store.io import read_table
 pytestmark = pytest.mark.slow
 
 TRIALS = 3
+MID_WRITE_TRIES = 4
 
 
 def _rlhf() -> str:
@@ -55,6 +56,7 @@ def _run(cmd: list[str], cwd: Path) -> float:
 
 def _kill(cmd: list[str], cwd: Path, delay: float, started: Callable[[], bool] | None) -> None:
     """Start `cmd`, SIGKILL it `delay` s after `started()` turns true (or after it starts)."""
+    getattr(started, "arm", lambda: None)()
     proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -79,16 +81,22 @@ def _kill_then_rerun(cmd: list[str], ref_seconds: float, cwd: Path, started: Cal
     """Kill `cmd` `trials` times into `cwd`: first up to `first_delay` s after `started()` (the
     stage is writing its outputs), then at random moments of `ref_seconds`; check what is
     visible after each kill; then run it to the end. At least one kill must have interrupted
-    the writing (left a hidden staging folder), or the test would prove nothing."""
+    the writing (left a hidden staging folder), or the test would prove nothing: a write of a
+    few ms can end before the kill lands, so the first kill is tried up to `MID_WRITE_TRIES`
+    times (each a whole run up to the write) until one does."""
     rng = random.Random(seed)
     mid_write = 0
     for trial in range(trials):
-        if trial == 0:
-            _kill(cmd, cwd, rng.uniform(0.0, first_delay), started)
-        else:
-            _kill(cmd, cwd, rng.uniform(0.2, 1.0) * ref_seconds, None)
-        mid_write += any(".staging-" in h for h in _hidden(cwd))
-        check_visible()  # whatever the kill interrupted, nothing half-written is visible
+        for _ in range(MID_WRITE_TRIES if trial == 0 else 1):
+            if trial == 0:
+                _kill(cmd, cwd, rng.uniform(0.0, first_delay), started)
+            else:
+                _kill(cmd, cwd, rng.uniform(0.2, 1.0) * ref_seconds, None)
+            landed = any(".staging-" in h for h in _hidden(cwd))
+            check_visible()  # whatever the kill interrupted, nothing half-written is visible
+            if landed:
+                break
+        mid_write += landed
     assert mid_write >= 1, "no kill landed while the stage was writing: nothing was tested"
     _run(cmd, cwd)
     assert _hidden(cwd) == []  # the rerun removed what the killed runs left
@@ -303,10 +311,18 @@ PREFERENCES_PARAMS = {"preferences": {
 
 def _table_staged(root: Path, table: str) -> Callable[[], bool]:
     """`started` for a stage that writes its one table at the end, in some ms (a shard or two,
-    each fsynced): true once the table's staging folder shows under `root / store`. The store
-    folder appears first (`staged_folders` makes it just before the writing), so from then on
-    this watches without sleeping, or `_kill`'s polling could miss the whole write."""
+    each fsynced): true once the table's staging folder shows under `root / store`, or a new
+    table folder was swapped in (a write this watch missed: its inode is not the one an earlier
+    run left). The store folder appears first (`staged_folders` makes it just before the
+    writing), so from then on this watches without sleeping, or `_kill`'s polling could miss
+    the whole write."""
     store = root / "store"
+
+    def inode() -> int | None:
+        try:
+            return (store / table).stat().st_ino
+        except FileNotFoundError:
+            return None
 
     def staging() -> bool:
         return any(".staging-" in p.name for p in store.iterdir())
@@ -314,11 +330,16 @@ def _table_staged(root: Path, table: str) -> Callable[[], bool]:
     def started() -> bool:
         if not store.is_dir():
             return False
-        deadline = time.monotonic() + 2.0
-        while not staging() and not (store / table).exists() and time.monotonic() < deadline:
+        # a store left by an earlier run shows from the start: watch up to the write then
+        deadline = time.monotonic() + (2.0 if started.before is None else 60.0)
+        while not staging() and inode() == started.before and time.monotonic() < deadline:
             pass
         return True
 
+    def arm() -> None:  # called by `_kill` before each run: what an earlier run left
+        started.before = inode()
+
+    started.before, started.arm = None, arm
     return started
 
 
