@@ -56,7 +56,8 @@ def _run(cmd: list[str], cwd: Path) -> float:
 
 def _kill(cmd: list[str], cwd: Path, delay: float, started: Callable[[], bool] | None) -> None:
     """Start `cmd`, SIGKILL it `delay` s after `started()` turns true (or after it starts)."""
-    getattr(started, "arm", lambda: None)()
+    if isinstance(started, _TableStaged):
+        started.arm()
     proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -309,38 +310,35 @@ PREFERENCES_PARAMS = {"preferences": {
                    "labels_per_day": 10}}}
 
 
-def _table_staged(root: Path, table: str) -> Callable[[], bool]:
+class _TableStaged:
     """`started` for a stage that writes its one table at the end, in some ms (a shard or two,
     each fsynced): true once the table's staging folder shows under `root / store`, or a new
     table folder was swapped in (a write this watch missed: its inode is not the one an earlier
-    run left). The store folder appears first (`staged_folders` makes it just before the
-    writing), so from then on this watches without sleeping, or `_kill`'s polling could miss
-    the whole write."""
-    store = root / "store"
+    run left, which `arm` notes before each run). The store folder appears first
+    (`staged_folders` makes it just before the writing), so from then on this watches without
+    sleeping, or `_kill`'s polling could miss the whole write."""
 
-    def inode() -> int | None:
+    def __init__(self, root: Path, table: str) -> None:
+        self.store, self.table, self.before = root / "store", table, None
+
+    def _inode(self) -> int | None:
         try:
-            return (store / table).stat().st_ino
+            return (self.store / self.table).stat().st_ino
         except FileNotFoundError:
             return None
 
-    def staging() -> bool:
-        return any(".staging-" in p.name for p in store.iterdir())
+    def arm(self) -> None:
+        self.before = self._inode()
 
-    def started() -> bool:
-        if not store.is_dir():
+    def __call__(self) -> bool:
+        if not self.store.is_dir():
             return False
         # a store left by an earlier run shows from the start: watch up to the write then
-        deadline = time.monotonic() + (2.0 if started.before is None else 60.0)
-        while not staging() and inode() == started.before and time.monotonic() < deadline:
+        deadline = time.monotonic() + (2.0 if self.before is None else 60.0)
+        while (not any(".staging-" in p.name for p in self.store.iterdir())
+               and self._inode() == self.before and time.monotonic() < deadline):
             pass
         return True
-
-    def arm() -> None:  # called by `_kill` before each run: what an earlier run left
-        started.before = inode()
-
-    started.before, started.arm = None, arm
-    return started
 
 
 def test_preferences_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
@@ -369,7 +367,7 @@ def test_preferences_killed_at_random_points_then_rerun(tmp_path_factory, tmp_pa
                            ref / "metrics" / "preferences.json")
 
     # the table (two shards) is written after all the sampling and annotating
-    _kill_then_rerun(cmd, seconds, work, _table_staged(work, "preferences"), visible, seed=20,
+    _kill_then_rerun(cmd, seconds, work, _TableStaged(work, "preferences"), visible, seed=20,
                      first_delay=0.005)
     _same_table("preferences", work / "store" / "preferences", ref / "store" / "preferences")
     _metrics_equal(work / "metrics" / "preferences.json", ref / "metrics" / "preferences.json")
@@ -422,7 +420,7 @@ def test_difficulty_killed_at_random_points_then_rerun(tmp_path_factory, tmp_pat
                            ref / "metrics" / "difficulty.json")
 
     # one shard, written after the sampling and the scoring
-    _kill_then_rerun(cmd, seconds, work, _table_staged(work, "difficulty"), visible, seed=21,
+    _kill_then_rerun(cmd, seconds, work, _TableStaged(work, "difficulty"), visible, seed=21,
                      first_delay=0.005)
     _same_table("difficulty", work / "store" / "difficulty", ref / "store" / "difficulty")
     _metrics_equal(work / "metrics" / "difficulty.json", ref / "metrics" / "difficulty.json")
