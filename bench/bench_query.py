@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from rlhf.store import rollup
 from rlhf.store.catalog import connect
 from rlhf.store.io import write_shard
 from rlhf.store.query import list_audits, run_sql
@@ -232,6 +233,8 @@ def column_bytes(folder: Path) -> dict[str, int]:
 
 
 def files_of(store: Path, table: str) -> int:
+    if table.startswith(rollup.FOLDER):
+        return 1
     return len(list((store / table).rglob("*.parquet")))
 
 
@@ -247,7 +250,9 @@ def scans(con, sql: str, params: dict) -> list[tuple[str, int, str, int]]:
         info = node.get("extra_info", {})
         if info.get("Function") == "READ_PARQUET":
             first = str(info.get("Filename(s)", "")).split(",")[0]
-            table = next((part for part in Path(first).parts if part in TABLES), "?")
+            parts = Path(first).parts
+            table = (f"{rollup.FOLDER}/{Path(first).stem}" if rollup.FOLDER in parts
+                     else next((part for part in parts if part in TABLES), "?"))
             found.append((table, int(info.get("Total Files Read", 0)),
                           f"{node.get('row_groups_scanned')}/{node.get('total_row_groups_to_scan')}",
                           int(node.get("rows_scanned", 0))))
@@ -257,6 +262,16 @@ def scans(con, sql: str, params: dict) -> list[tuple[str, int, str, int]]:
     for top in profile.get("operator", []):
         walk(top)
     return found
+
+
+def open_raw(store: Path):
+    """`rlhf audit`'s locked connection, its rollup views the rollups' SQL over the raw rows."""
+    from rlhf.store.catalog import lock_down
+
+    con = connect(store, with_rollups=False)
+    rollup.attach(con, store, stored=False)
+    lock_down(con, store)
+    return con
 
 
 def main() -> None:
@@ -287,25 +302,40 @@ def main() -> None:
           f"DuckDB threads={threads}; cpus={os.cpu_count()}; load average {os.getloadavg()[0]:.2f}")
     cols = column_bytes(args.store / "rollouts")
     print("bytes per row by column: " + ", ".join(f"{k} {v / n_rows:.2f}" for k, v in cols.items()))
+    t = time.perf_counter()
+    built = rollup.build(args.store)
+    build_s = time.perf_counter() - t
+    rolled = sum(r["bytes"] for r in built)
+    print(f"rollups built in {build_s:.2f} s: " + ", ".join(
+        f"{r['rollup']} {r['rows']:,} rows {r['bytes'] / 2**20:.2f} MiB" for r in built)
+        + f"; {rolled / n_rows:.2f} bytes per rollout row, "
+        f"{(size + rolled) / n_rows:.2f} with the rollouts")
     rows = [{"audit": "(store)", "rollout_rows": n_rows, "shards": n_files,
              "bytes_per_row": round(size / n_rows, 2), "duckdb_threads": threads,
-             **{f"bytes_per_row.{k}": round(v / n_rows, 2) for k, v in cols.items()}}]
+             **{f"bytes_per_row.{k}": round(v / n_rows, 2) for k, v in cols.items()}},
+            {"audit": "(rollups)", "build_s": round(build_s, 2),
+             "bytes_per_row": round(rolled / n_rows, 2),
+             "bytes_per_row_with_rollouts": round((size + rolled) / n_rows, 2),
+             **{f"rows.{r['rollup']}": r["rows"] for r in built}}]
     print(f"{'audit':<11} {'rows out':>8} {'first s':>8} {'best s':>8} {'cpu s':>6}  "
           "scanned (rollouts / rm_scores)")
     # A narrow question first (one run, 100 steps): what the partitions and the step sort prune.
-    jobs = [("narrow", NARROW, {})] + [(a.name, a.sql, a.bind(AUDIT_ARGS.get(a.name, [])))
-                                       for a in list_audits()]
-    for name, sql, params in jobs:
+    jobs = [("narrow", NARROW, {}, True)] + [
+        (a.name, a.sql, a.bind(AUDIT_ARGS.get(a.name, [])), True) for a in list_audits()]
+    names = [r.name for r in rollup.list_rollups()]
+    jobs += [(f"{name} (raw rows)", sql, params, False) for name, sql, params, _ in jobs
+             if any(n in sql for n in names)]
+    for name, sql, params, stored in jobs:
         times, cpus, out_rows = [], [], 0
         for _ in range(args.repeat):
-            con = connect(args.store, locked=True)  # fresh connection: no cached metadata
+            con = open_raw(args.store) if not stored else connect(args.store, locked=True)
             t, c = time.perf_counter(), time.process_time()
             out_rows = len(run_sql(con, sql, params).fetchall())
             times.append(time.perf_counter() - t)
             cpus.append(time.process_time() - c)
         scan_txt = "; ".join(f"{t}: files {f}/{files_of(args.store, t)}, row groups {g}, "
                              f"{n:,} rows" for t, f, g, n in scans(con, sql, params)
-                             if t in ("rollouts", "rm_scores"))
+                             if t in ("rollouts", "rm_scores") or t.startswith(rollup.FOLDER))
         print(f"{name:<11} {out_rows:>8} {times[0]:>8.3f} {min(times):>8.3f} "
               f"{cpus[times.index(min(times))]:>6.2f}  {scan_txt}", flush=True)
         rows.append({"audit": name, "rows_out": out_rows, "first_s": round(times[0], 3),

@@ -63,6 +63,7 @@ app.command("doctor")(doctor_cmd.doctor)
 app.command("query")(query_cmd.query)
 app.command("tables")(query_cmd.tables)
 app.command("audit")(query_cmd.audit)
+app.command("rollup")(query_cmd.rollup)
 
 app.command("ppo")(ppo_cmd.ppo)
 app.command("eval")(eval_cmd.eval_cmd)

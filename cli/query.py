@@ -1,10 +1,12 @@
-"""`rlhf query`, `rlhf tables`, `rlhf audit`: read-only SQL over the store, and the named audits.
+"""`rlhf query`, `rlhf tables`, `rlhf audit`, `rlhf rollup`: read-only SQL over the store, the
+named audits, and the per-step rollups they read.
 
     rlhf tables
     rlhf query "SELECT source_type, count(*) FROM prompts GROUP BY ALL"
     rlhf query "FROM rollouts WHERE run_id = 'ppo-0001'" --format parquet --out r.parquet
     rlhf audit                      # lists the audits
     rlhf audit lineage CHECKPOINT
+    rlhf rollup                     # after a PPO run wrote to the store (dvc repro does it)
 
 Statements go through store/query.py's gate and a locked DuckDB connection (store/catalog.py);
 a refused or failing query is an `error:` line and exit code 2, never a traceback.
@@ -228,8 +230,10 @@ def tables(
     import duckdb
 
     from rlhf.store.query import QueryRefused, open_store
+    from rlhf.store.rollup import list_rollups
     from rlhf.store.schemas import TABLES
 
+    rollup_docs = {r.name: f"rollup (store/rollups/{r.name}.sql): {r.doc}" for r in list_rollups()}
     try:
         con = open_store(store)
         names = [r[0] for r in con.execute(
@@ -242,7 +246,8 @@ def tables(
             ident = '"' + name.replace('"', '""') + '"'
             cols = con.execute(f"DESCRIBE {ident}").fetchall()
             count = con.execute(f"SELECT count(*) FROM {ident}").fetchone()[0]
-            doc = (TABLES[name].metadata or {}).get(b"doc", b"").decode() if name in TABLES else ""
+            doc = ((TABLES[name].metadata or {}).get(b"doc", b"").decode() if name in TABLES
+                   else rollup_docs.get(name, ""))
             described = Text("\n").join(Text.assemble(plain(c[0]), " ", plain(c[1], "dim"))
                                         for c in cols)
             add_plain_row(table, name, f"{count:,}", described, doc)
@@ -282,6 +287,54 @@ def audit(
         params = chosen.bind(list(args or []))
     except QueryRefused as exc:
         fail(str(exc))
+    _note_stale_rollups(store)
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
     _run(store, chosen.sql, params, fmt, out, limit, explain,
          title=f"audit {chosen.name}{' (' + shown + ')' if shown else ''}: {chosen.summary}")
+
+
+def _note_stale_rollups(store: Path) -> None:
+    """One line on stderr when the audit will read raw rollouts because the rollups are not fresh."""
+    from rlhf.store.rollup import has_rollouts, state
+
+    try:
+        current = state(store) if store.is_dir() and has_rollouts(store) else "fresh"
+    except OSError:
+        return  # _run reports an unreadable store
+    if current != "fresh":
+        typer.echo(f"note: the store's rollups are {current}: this audit reads every rollout row "
+                   f"(the same answer, slower); `rlhf rollup --store {store}` builds them", err=True)
+
+
+def rollup(
+    store: Path = typer.Option(Path("artifacts/store"), "--store", help=STORE_HELP),
+    check: bool = typer.Option(False, "--check", help="Only say whether the stored rollups are "
+                               "the store's (exit 1 if not); write nothing."),
+) -> None:
+    """Build the rollups the audits read (per-step sums of rollouts and RM scores); dvc repro does.
+
+    Until they are rebuilt after a PPO run writes, `rlhf audit` reads every raw row (slower).
+    """
+    import duckdb
+
+    from rlhf.store.rollup import build, state
+
+    if not store.is_dir():
+        fail(f"store folder not found: {store} (run the pipeline, or pass --store)")
+    if check:
+        current = state(store)
+        typer.echo(f"rollups of {store}: {current}")
+        raise typer.Exit(0 if current == "fresh" else 1)
+    try:
+        rows = build(store)
+    except duckdb.Error as exc:  # a damaged shard, or the prompt_key collision check
+        fail(f"cannot build the rollups of {store}: {exc}")
+    except OSError as exc:
+        fail(f"cannot write the rollups: {exc}")
+    table = data_table(f"rollups written to {store}/rollups (fresh)",
+                       ["rollup", ("rows", {"justify": "right"}), ("MiB", {"justify": "right"}),
+                        ("seconds", {"justify": "right"})], title_justify="left")
+    for row in rows:
+        add_plain_row(table, row["rollup"], f"{row['rows']:,}", f"{row['bytes'] / 2**20:.2f}",
+                      f"{row['seconds']:.2f}")
+    Console(width=max(Console().width, 80)).print(table)

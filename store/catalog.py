@@ -7,7 +7,7 @@ store/rollouts.py) is read with `hive_partitioning`, so a filter on `run_id` ski
 partition keys that are not columns of the table's schema (`step_bucket`) stay out of the view.
 Shards written before a column was added to the schema read it as null (`union_by_name`, and
 a typed null column when no shard has it), so a store written by an older version still answers
-every query and audit of this one.
+every query and audit of this one. The rollups the audits read (store/rollup.py) are views too.
 
 `connect(root, locked=True)` is what `rlhf query` and `rlhf audit` use: once the views exist,
 DuckDB may read files under the store root only (no other file, no network), may not install or
@@ -106,11 +106,13 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str | Path) -> None:
 
 
 def connect(root: str | Path, tables: list[str] | None = None,
-            locked: bool = False) -> duckdb.DuckDBPyConnection:
+            locked: bool = False, with_rollups: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per table under `root` (all tables by default).
 
-    `locked=True` then calls `lock_down`: the views keep working, nothing else outside `root` can
-    be read, and the settings cannot be changed back.
+    With every table (and `with_rollups`), a view per rollup too (store/rollup.py: the stored
+    per-step summaries when fresh, else their SQL over the tables). `locked=True` then calls
+    `lock_down`: the views keep working, nothing else outside `root` can be read, and the
+    settings cannot be changed back.
     """
     root = Path(root)
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
@@ -145,6 +147,10 @@ def connect(root: str | Path, tables: list[str] | None = None,
                 con.execute(f"CREATE OR REPLACE VIEW {ident} AS SELECT {evolved} FROM {source}")
         else:
             con.execute(f"CREATE VIEW {ident} AS {_empty_view_sql(types)}")
+    if tables is None and with_rollups:
+        from rlhf.store.rollup import attach
+
+        attach(con, root)
     if locked:
         lock_down(con, root)
     return con

@@ -1,4 +1,5 @@
-"""The named audits on the hand-countable store of tests/synthetic_store.py, via `rlhf audit`."""
+"""The named audits on the hand-countable store of tests/synthetic_store.py, via `rlhf audit`:
+each answer counted by hand, from the raw rows (no rollups built) and from the stored rollups."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ from rlhf.store.query import check_sql, list_audits
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
-    return synthetic_store.build(tmp_path_factory.mktemp("a") / "store")
+@pytest.fixture(scope="module", params=["raw rows", "rollups"])
+def store(tmp_path_factory, request) -> Path:
+    root = synthetic_store.build(tmp_path_factory.mktemp("a") / "store")
+    if request.param == "rollups":
+        built = runner.invoke(app, ["rollup", "--store", str(root)])
+        assert built.exit_code == 0, built.output
+    return root
 
 
 def audit(store: Path, *args: str) -> list[dict]:
     result = runner.invoke(app, ["audit", *args, "--store", str(store), "--format", "jsonl"])
     assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.output.splitlines()]
+    return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 def test_every_audit_is_one_gated_select_with_a_summary():
@@ -196,83 +201,6 @@ def test_audit_list_and_sql():
     assert sql.exit_code == 0 and "WITH RECURSIVE chain" in sql.output and "$checkpoint" in sql.output
 
 
-# --- prompt_key: the audits group and join by the integer key; the answers must be those of
-# --- grouping and joining by prompt_id itself.
-
-def _random_store(root: Path, seed: int = 0) -> Path:
-    """A store with content-hash prompt ids: 120 pool prompts (3 source types, 7 topics, 100 with
-    a difficulty row), 20 rolled-out prompts outside the pool, 3 runs (b forks a, c from SFT)."""
-    import datetime as dt
-    import random
-
-    from rlhf.store.hashing import content_hash
-    from rlhf.store.io import write_shard
-    from rlhf.store.rollouts import RolloutWriter
-
-    rng = random.Random(seed)
-    ids = [content_hash(f"prompt {i}") for i in range(140)]
-    sources = ["human", "user_query", "open_dataset"]
-    pool = [{"prompt_id": p, "text": f"prompt {i}", "source_type": sources[i % 3],
-             "source_file": "f", "source_line": i, "dedup_cluster": i, "cluster_size": 1,
-             "topic_cluster": i % 7, "n_tokens": 3, "split": "ppo"} for i, p in enumerate(ids[:120])]
-    write_shard("pool", pool, root / "pool" / "part-00000.parquet")
-    write_shard("prompts", [{"prompt_id": r["prompt_id"], "text": r["text"],
-                             "source_type": r["source_type"], "source_file": "f",
-                             "source_line": r["source_line"], "provenance": None,
-                             "created_at": None, "n_tokens": 3} for r in pool],
-                root / "prompts" / "part-00000.parquet")
-    write_shard("difficulty", [{"prompt_id": p, "text": "t", "split": "ppo", "topic_cluster": 0,
-                                "length": 1, "logprob_std": 0.1, "rm_score": 0.0, "score": 5.0,
-                                "bucket": ("low", "mid", "high")[i % 3]}
-                               for i, p in enumerate(ids[:100])],
-                root / "difficulty" / "part-00000.parquet")
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-    checkpoints = []
-    for run, first, last, parent in (("a", 1, 40, None), ("b", 21, 50, "a-20"), ("c", 1, 30, None)):
-        with RolloutWriter(root / "rollouts", run, steps_per_bucket=16, rows_per_shard=50,
-                           row_group_size=16) as w:
-            for step in range(first, last + 1):
-                rows = []
-                for i in range(rng.randint(3, 9)):
-                    tier = rng.choice([0, 1, 1, 1, 2])
-                    rows.append(synthetic_store.rollout_row(
-                        run, step, rng.choice(ids), None if tier == 0 else round(rng.gauss(1, 1), 3),
-                        tier, ("reused", "light_rm", "strong_rm")[tier], i))
-                w.write(rows)
-        prev = parent
-        for step in range(first + 9, last + 1, 10):
-            checkpoints.append({"checkpoint_id": f"{run}-{step}", "run_id": run, "step": step,
-                                "parent_id": prev, "data_version": "v", "params_hash": None,
-                                "path": None, "created_at": t0})
-            prev = f"{run}-{step}"
-    write_shard("checkpoints", checkpoints, root / "checkpoints" / "part-00000.parquet")
-    return root
-
-
-def _rows_of(con, sql: str, params: dict) -> list[tuple]:
-    return [tuple(pytest.approx(v, abs=1e-4) if isinstance(v, float) else v for v in row)
-            for row in con.execute(sql, params).fetchall()]
-
-
-@pytest.mark.parametrize("name, args", [("sources", []), ("rewards", ["7"]),
-                                        ("lineage", ["b-50"]), ("lineage", ["a-40"])])
-def test_audits_by_prompt_key_equal_the_same_audits_by_prompt_id(tmp_path, name, args):
-    from rlhf.store.catalog import connect
-    from rlhf.store.query import get_audit
-
-    store = _random_store(tmp_path / "store")
-    con = connect(store)
-    con.execute("SET threads = 1")
-    audit_ = get_audit(name)
-    params = audit_.bind(args)
-    assert "prompt_key" in audit_.sql
-    by_key = _rows_of(con, audit_.sql, params)
-    by_id = _rows_of(con, audit_.sql.replace("prompt_key", "prompt_id"), params)
-    assert len(by_key) > 3 and by_key == by_id
-    if name == "sources":  # prompts outside the pool were rolled out too
-        assert "(not in pool)" in [r[0] for r in by_key]
-
-
 def test_a_prompt_key_collision_in_the_pool_stops_the_audits(tmp_path):
     """Two pool prompts sharing a key (written around the store's own check, which refuses
     them) must make the audits fail with a clear error rather than merge the two prompts."""
@@ -284,9 +212,10 @@ def test_a_prompt_key_collision_in_the_pool_stops_the_audits(tmp_path):
     keys = pool.column("prompt_key").to_pylist()
     keys[1] = keys[0]  # p1 and p2 now share a key
     pq.write_table(pool.set_column(1, "prompt_key", pa.array(keys, pa.int64())), path)
-    for args in (["sources"], ["rewards"], ["lineage", "b-4"]):
+    # every audit that reads the rollout rollups (they join rollouts to prompts by key)
+    for args in (["sources"], ["rewards"], ["economy"], ["lineage", "b-4"], ["rm"]):
         result = runner.invoke(app, ["audit", *args, "--store", str(store)])
         assert result.exit_code == 2, (args, result.output)
         out = " ".join(result.output.split())  # rich wraps long lines
         assert "share one prompt_key" in out and "hash collision" in out and "Traceback" not in out
-    assert audit(store, "rm")  # the rm audit does not join by prompt
+    assert audit(store, "annotators") is not None  # one that never joins by prompt still answers

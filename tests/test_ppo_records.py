@@ -27,7 +27,7 @@ runner = CliRunner()
 def _invoke(*args: str) -> list[dict]:
     res = runner.invoke(app, [*args, "--format", "jsonl"])
     assert res.exit_code == 0, res.output
-    return [json.loads(x) for x in res.output.splitlines()]
+    return [json.loads(x) for x in res.stdout.splitlines()]
 
 
 @pytest.fixture(scope="module")

@@ -382,7 +382,7 @@ def test_audit_schedule_counts_skips_by_window_bucket_and_cluster(tmp_path):
     res = CliRunner().invoke(app, ["audit", "schedule", "2", "--store", str(store),
                                    "--format", "jsonl"])
     assert res.exit_code == 0, res.output
-    out = [json.loads(x) for x in res.output.splitlines()]
+    out = [json.loads(x) for x in res.stdout.splitlines()]
     run = [r for r in out if r["breakdown"] == "run"][0]
     assert (run["decisions"], run["skips"], run["skip_rate"], run["explored"]) == (5, 3, 0.6, 1)
     assert run["trigger_rate"] == 0.4 and run["skip_estimate_mean"] == 1.0

@@ -142,7 +142,7 @@ def _audit(store, *args):
 
     res = CliRunner().invoke(app, ["audit", *args, "--store", str(store), "--format", "jsonl"])
     assert res.exit_code == 0, res.output
-    return [json.loads(x) for x in res.output.splitlines()]
+    return [json.loads(x) for x in res.stdout.splitlines()]
 
 
 def _rows(tmp_path, table="rollouts"):

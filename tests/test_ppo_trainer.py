@@ -306,7 +306,7 @@ def test_rollouts_and_checkpoints_land_in_the_store_and_survive_a_resume(tmp_pat
         res = CliRunner().invoke(app, ["audit", "lineage", cid, "--store", str(store),
                                        "--format", "jsonl"])
         assert res.exit_code == 0, res.output
-        return [json.loads(x) for x in res.output.splitlines()]
+        return [json.loads(x) for x in res.stdout.splitlines()]
 
     assert sum(r["rollouts"] for r in lineage("test-run/policy-000002")) == 2 * 4
     assert sum(r["rollouts"] for r in lineage("test-run/policy-000004")) == 4 * 4

@@ -16,6 +16,7 @@ import synthetic_store
 from rlhf.cli.app import app
 from rlhf.store.catalog import connect
 from rlhf.store.query import QueryRefused, check_sql
+from rlhf.store.rollup import list_rollups
 from rlhf.store.schemas import TABLES
 
 runner = CliRunner()
@@ -138,7 +139,9 @@ def test_empty_views_are_typed(tmp_path):
     assert described["created_at"] == "TIMESTAMP WITH TIME ZONE"
     assert con.execute("SELECT count(*) FROM rm_scores").fetchone() == (0,)
     views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    assert views == set(TABLES)  # no helper objects left behind
+    rollups = {r.name for r in list_rollups()}  # and a view per rollup (store/rollup.py)
+    assert views == set(TABLES) | rollups  # no helper objects left behind
+    assert all(con.execute(f"SELECT count(*) FROM {r}").fetchone() == (0,) for r in rollups)
 
 
 # Errors -----------------------------------------------------------------------------------

@@ -6,48 +6,22 @@
 -- spent on the row, regenerations included) and difficulty (bucket low 0-3 / mid 4-6 / high 7-10,
 -- seed 000 §4.2; a prompt with no difficulty row is '(unscored)'). `breakdown` says which grouping
 -- a row belongs to; NULL step_from means "all steps". A dropped pruned sample has a null reward
--- (it earned none); `reward_mean` is over the scored rows. Rollouts join their prompt's bucket by
--- prompt_key (store/hashing.py), after the same collision check as `rlhf audit rewards`.
-WITH dims AS (
-    SELECT pool.prompt_key,
-           CASE difficulty.bucket WHEN 'low' THEN 0 WHEN 'mid' THEN 1 WHEN 'high' THEN 2
-                ELSE 3 END::UTINYINT AS bucket
-    FROM pool
-    LEFT JOIN difficulty USING (prompt_key)
-    WHERE (SELECT count(*) FROM (SELECT prompt_key FROM (SELECT prompt_key, prompt_id FROM pool
-                                                         UNION SELECT prompt_key, prompt_id FROM difficulty)
-                                 GROUP BY prompt_key HAVING count(*) > 1)) = 0
-       OR error('two prompts of the pool or the difficulty table share one prompt_key (a 64-bit '
-                || 'hash collision, see store/hashing.py): this audit would merge them')
-), codes AS (
-    -- grouped by a small integer bucket (named at the end) and by one small code per row (bit 0
-    -- pruned, bit 1 resampled; each flag tested once, in the scan): four sums a row instead of
-    -- seven, the pruned / resampled ones taken from these few cells (bench/bench_query.py)
-    SELECT r.run_id,
-           r.step // $window * $window AS step_from,
-           coalesce(d.bucket, 3) AS bucket,
-           r.code,
-           count(*) AS n,
-           sum(r.generated_tokens) AS tokens,
-           sum(r.reward::DOUBLE) AS s,
-           count(r.reward) AS n_scored
-    FROM (SELECT run_id, step, prompt_key, generated_tokens, reward,
-                 CASE WHEN len(flags) = 0 THEN 0
-                      ELSE list_contains(flags, 'pruned')::UTINYINT
-                           + 2 * list_contains(flags, 'resampled')::UTINYINT END AS code
-          FROM rollouts) AS r
-    LEFT JOIN dims AS d USING (prompt_key)
-    GROUP BY ALL
-), cells AS (
-    SELECT run_id, step_from, bucket,
+-- (it earned none); `reward_mean` is over the scored rows. Read from the rollup rollout_steps
+-- (store/rollups/): rollouts summed per step, bucket and flag code (bit 1 pruned, bit 2
+-- resampled), joined to their prompt's bucket by prompt_key after the same collision check as
+-- `rlhf audit rewards`.
+WITH cells AS (
+    SELECT run_id,
+           step // $window * $window AS step_from,
+           bucket,
            sum(n) AS n,
            coalesce(sum(n) FILTER (WHERE code & 1 = 1), 0) AS n_pruned,
            coalesce(sum(n) FILTER (WHERE code & 2 = 2), 0) AS n_resampled,
-           sum(tokens) AS tokens,
-           sum(tokens) FILTER (WHERE code & 1 = 1) AS tokens_pruned,
-           sum(s) AS s,
+           sum(generated_tokens) AS tokens,
+           sum(generated_tokens) FILTER (WHERE code & 1 = 1) AS tokens_pruned,
+           sum(reward_sum) AS s,
            sum(n_scored) AS n_scored
-    FROM codes
+    FROM rollout_steps
     GROUP BY ALL
 )
 SELECT CASE WHEN grouping(step_from) = 0 THEN 'bucket x step' ELSE 'bucket' END AS breakdown,

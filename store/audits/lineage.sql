@@ -6,13 +6,14 @@
 -- (a run resumed or forked from another run's checkpoint continues that run's lineage). From
 -- each run in the chain, the rollouts up to the chain's last checkpoint of that run trained it.
 -- One row per (run, source type), oldest run first; an empty result means an unknown checkpoint.
--- Rollouts are grouped per (run, prompt_key) and joined to the pool by prompt_key
--- (store/hashing.py: 64 bits of sha256(prompt_id); an 8-byte integer instead of a 64-character
--- string, bench/bench_query.py). A key stands for one prompt unless two ids collide (odds about
--- n^2 / 2^65 for n prompts): the pool is checked for such a pair (milliseconds) and the audit
--- stops with an error if it holds one. Not checked (it would cost reading every row's id again):
--- a rolled-out prompt outside the pool colliding with another prompt, which would then count as
--- that prompt (odds about (pool size + other prompts) / 2^64 for each such prompt).
+-- Read from the rollups (store/rollups/): rollout_steps (rollouts per step and source type),
+-- run_prompts (each prompt's first step in a run: a segment's prompts are those it reached by
+-- its last step) and rm_steps (scores per step and RM version). Rollouts join the pool by
+-- prompt_key (store/hashing.py: 64 bits of sha256(prompt_id)). A key stands for one prompt unless
+-- two ids collide (odds about n^2 / 2^65 for n prompts): the pool is checked for such a pair and
+-- the audit stops with an error if it holds one. Not checked (it would cost reading every row's
+-- id again): a rolled-out prompt outside the pool colliding with another prompt, which would then
+-- count as that prompt (odds about (pool size + other prompts) / 2^64 for each such prompt).
 WITH RECURSIVE chain AS (
     SELECT checkpoint_id, run_id, step, parent_id, data_version, 0 AS depth
     FROM checkpoints
@@ -30,6 +31,22 @@ WITH RECURSIVE chain AS (
            list_sort(list_distinct(list(data_version))) AS data_versions
     FROM chain
     GROUP BY run_id
+), per_source AS (
+    -- the segment's steps of the rollup, per source type
+    SELECT s.run_id,
+           coalesce(r.source_type, '(not in pool)') AS source_type,
+           min(r.step) AS first_step,
+           max(r.step) AS last_step,
+           sum(r.n) AS n,
+           sum(r.n_scored) AS n_scored,
+           sum(r.reward_sum) AS reward_sum,
+           sum(r.light_rm) AS light_rm,
+           sum(r.strong_rm) AS strong_rm,
+           sum(r.reused) AS reused
+    FROM rollout_steps AS r
+    JOIN segments AS s ON r.run_id = s.run_id
+    WHERE r.step <= s.last_step
+    GROUP BY ALL
 ), pool_by_key AS (
     SELECT prompt_key, source_type
     FROM pool
@@ -37,26 +54,18 @@ WITH RECURSIVE chain AS (
                                  HAVING count(DISTINCT prompt_id) > 1)) = 0
        OR error('two prompts of the pool share one prompt_key (a 64-bit hash collision, see '
                 || 'store/hashing.py): this audit would merge them')
-), per_prompt AS (
-    -- One pass over the rollouts, grouped per (segment, prompt): the join to the pool is then
-    -- one row per prompt, and scorers are counted, not listed, per rollout. Integers only in the
-    -- grouping (the segment's depth, not its run_id string) and the step cut as a filter after
-    -- an equi-join: each measured faster on 10M rows (bench/bench_query.py).
-    SELECT s.depth, r.prompt_key,
-           count(*) AS n, count(r.reward) AS n_scored, sum(r.reward) AS reward_sum,
-           min(r.step) AS first_step, max(r.step) AS last_step,
-           count(*) FILTER (WHERE r.scorer = 'light_rm') AS light_rm,
-           count(*) FILTER (WHERE r.scorer = 'strong_rm') AS strong_rm,
-           count(*) FILTER (WHERE r.scorer = 'reused') AS reused
-    FROM rollouts AS r
-    JOIN segments AS s ON r.run_id = s.run_id
-    WHERE r.step <= s.last_step
+), prompts AS (
+    SELECT s.run_id, coalesce(pool.source_type, '(not in pool)') AS source_type, count(*) AS prompts
+    FROM run_prompts AS p
+    JOIN segments AS s ON p.run_id = s.run_id
+    LEFT JOIN pool_by_key AS pool USING (prompt_key)
+    WHERE p.first_step <= s.last_step
     GROUP BY ALL
 ), rm_used AS (
-    -- Each RM version's first step per run (a cheap grouping on short, repeated names); the
-    -- versions that scored within the segment are those that started before its last step.
+    -- Each RM version's first step per run; the versions that scored within the segment are
+    -- those that started before its last step.
     SELECT run_id, rm_name, rm_version, min(step) AS first_step
-    FROM rm_scores
+    FROM rm_steps
     WHERE run_id IN (SELECT run_id FROM segments)
     GROUP BY ALL
 ), rm_versions AS (
@@ -67,21 +76,20 @@ WITH RECURSIVE chain AS (
 )
 SELECT s.run_id,
        s.started_from,
-       min(p.first_step) AS first_step,
-       max(p.last_step) AS last_step,
+       p.first_step,
+       p.last_step,
        s.data_versions,
-       coalesce(pool.source_type, '(not in pool)') AS source_type,
-       sum(p.n)::BIGINT AS rollouts,
-       count(*) AS prompts,
-       round(sum(p.reward_sum) / nullif(sum(p.n_scored), 0), 4) AS reward_mean,
-       sum(p.light_rm)::BIGINT AS by_light_rm,
-       sum(p.strong_rm)::BIGINT AS by_strong_rm,
-       sum(p.reused)::BIGINT AS reused,
-       (sum(p.n) - sum(p.light_rm) - sum(p.strong_rm) - sum(p.reused))::BIGINT AS other_scorer,
-       coalesce(any_value(v.rm_versions), []) AS rm_versions
+       p.source_type,
+       p.n::BIGINT AS rollouts,
+       q.prompts,
+       round(p.reward_sum / nullif(p.n_scored, 0), 4) AS reward_mean,
+       p.light_rm::BIGINT AS by_light_rm,
+       p.strong_rm::BIGINT AS by_strong_rm,
+       p.reused::BIGINT AS reused,
+       (p.n - p.light_rm - p.strong_rm - p.reused)::BIGINT AS other_scorer,
+       coalesce(v.rm_versions, []) AS rm_versions
 FROM segments AS s
-JOIN per_prompt AS p USING (depth)
-LEFT JOIN pool_by_key AS pool USING (prompt_key)
+JOIN per_source AS p USING (run_id)
+JOIN prompts AS q USING (run_id, source_type)
 LEFT JOIN rm_versions AS v ON v.run_id = s.run_id
-GROUP BY s.run_id, s.started_from, s.data_versions, s.depth, source_type
-ORDER BY s.depth DESC, source_type
+ORDER BY s.depth DESC, p.source_type

@@ -13,55 +13,64 @@
 -- queue's labels in the window (on the strong RM's rows), and `from_step` / `to_step` the steps
 -- an RM version scored: RM evolution's hot-swap shows as a new light_rm version (`swap`, 1 on
 -- the first row of each version after the run's first).
+-- Read from the rollups rm_steps (scores per step and RM version) and rollout_steps (Level-2
+-- flags as bits of `code`); the scores below the threshold, a parameter, from rm_scores itself.
 WITH triggers AS (
     SELECT run_id, step // $window * $window AS step_from,
-           count(*) FILTER (WHERE list_contains(flags, 'l2_confidence')) AS by_confidence,
-           count(*) FILTER (WHERE list_contains(flags, 'l2_low_score')) AS by_low_score,
-           count(*) FILTER (WHERE list_contains(flags, 'l2_high_risk')) AS by_high_risk,
-           count(*) FILTER (WHERE list_contains(flags, 'l2_uncertain_cluster')) AS by_cluster
-    FROM rollouts
-    WHERE tier = 2
+           sum(n) FILTER (WHERE code & 4 = 4) AS by_confidence,
+           sum(n) FILTER (WHERE code & 8 = 8) AS by_low_score,
+           sum(n) FILTER (WHERE code & 16 = 16) AS by_high_risk,
+           sum(n) FILTER (WHERE code & 32 = 32) AS by_cluster
+    FROM rollout_steps
+    WHERE code >= 4
     GROUP BY ALL
 ), human AS (
     SELECT run_id, step // $window * $window AS step_from, count(*) AS human_labels
     FROM human_labels
     GROUP BY ALL
+), low AS (
+    SELECT run_id, step // $window * $window AS step_from, rm_name, rm_version,
+           count(*) AS low_confidence
+    FROM rm_scores
+    WHERE confidence < $threshold
+    GROUP BY ALL
 ), sums AS (
-    -- counts and sums, not averages of CASE expressions: fewer aggregates per row (13 % faster
-    -- on 9.7M scores, bench/bench_query.py); the shares are divided out below
     SELECT run_id,
            step // $window * $window AS step_from,
            rm_name,
            rm_version,
-           count(*) AS scored,
-           sum(score::DOUBLE) AS score_sum,
-           sum(confidence::DOUBLE) AS confidence_sum,
-           min(confidence) AS confidence_min,
-           count(*) FILTER (WHERE confidence < $threshold) AS low_confidence,
-           count(*) FILTER (WHERE queued) AS queued,
-           count(*) FILTER (WHERE escalated) AS escalated,
+           sum(scored) AS scored,
+           sum(score_sum) AS score_sum,
+           sum(confidence_sum) AS confidence_sum,
+           min(confidence_min) AS confidence_min,
+           sum(queued) AS queued,
+           sum(escalated) AS escalated,
            min(step) AS first_step,
            max(step) AS last_step
-    FROM rm_scores
+    FROM rm_steps
     GROUP BY ALL
 ), versions AS (
-    -- the steps each RM version scored, from the window sums: one scan of rm_scores, not two
+    -- the steps each RM version scored, from the window sums
     SELECT run_id, rm_name, rm_version, min(first_step) AS from_step, max(last_step) AS to_step
     FROM sums
     GROUP BY ALL
 )
-SELECT s.run_id, s.step_from, s.rm_name, s.rm_version, scored,
+SELECT s.run_id, s.step_from, s.rm_name, s.rm_version, scored::BIGINT AS scored,
        round(score_sum / scored, 4) AS score_mean,
        round(confidence_sum / scored, 4) AS confidence_mean,
        round(confidence_min, 4) AS confidence_min,
-       round(low_confidence / scored, 4) AS low_confidence_share,
-       queued,
-       escalated,
+       round(coalesce(l.low_confidence, 0) / scored, 4) AS low_confidence_share,
+       queued::BIGINT AS queued,
+       escalated::BIGINT AS escalated,
        round(escalated / scored, 4) AS escalated_share,
-       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_confidence, 0) END AS by_confidence,
-       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_low_score, 0) END AS by_low_score,
-       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_high_risk, 0) END AS by_high_risk,
-       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_cluster, 0) END AS by_cluster,
+       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_confidence, 0)::BIGINT
+       END AS by_confidence,
+       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_low_score, 0)::BIGINT
+       END AS by_low_score,
+       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_high_risk, 0)::BIGINT
+       END AS by_high_risk,
+       CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(t.by_cluster, 0)::BIGINT
+       END AS by_cluster,
        CASE WHEN s.rm_name = 'strong_rm' THEN coalesce(h.human_labels, 0) END AS human_labels,
        v.from_step, v.to_step,
        CASE WHEN s.rm_name = 'light_rm' AND s.step_from = v.from_step // $window * $window
@@ -69,6 +78,8 @@ SELECT s.run_id, s.step_from, s.rm_name, s.rm_version, scored,
             THEN 1 ELSE 0 END AS swap
 FROM sums s
 JOIN versions v USING (run_id, rm_name, rm_version)
+LEFT JOIN low l ON l.run_id = s.run_id AND l.step_from = s.step_from AND l.rm_name = s.rm_name
+               AND l.rm_version IS NOT DISTINCT FROM s.rm_version
 LEFT JOIN triggers t ON t.run_id = s.run_id AND t.step_from = s.step_from
 LEFT JOIN human h ON h.run_id = s.run_id AND h.step_from = s.step_from
 ORDER BY s.run_id, s.step_from, s.rm_name, s.rm_version

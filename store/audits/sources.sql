@@ -2,9 +2,9 @@
 -- usage: rlhf audit sources
 -- Reads prompts, rejected, pool and rollouts. Source trust is seed 000 §4.2; tiers are seed 001
 -- §4.1 (0 probe, 1 policy + light RM, 2 escalated to the strong RM / a human).
--- Rollouts are summed per prompt first, so the join to the pool is one row per prompt; both the
--- grouping and the join use prompt_key (store/hashing.py: 64 bits of sha256(prompt_id), an 8-byte
--- integer instead of a 64-character string: 2x faster on 10M rows, bench/bench_query.py).
+-- Rollouts are read from the rollups (store/rollups/): rollout_steps (per step and source type)
+-- and run_prompts (the prompts each run rolled out, by prompt_key: store/hashing.py, 64 bits of
+-- sha256(prompt_id)).
 -- A key stands for one prompt unless two ids collide (odds about n^2 / 2^65 for n prompts): the
 -- pool is checked for such a pair (milliseconds) and the audit stops with an error if it holds
 -- one. Not checked (it would cost reading every row's id again): a rolled-out prompt outside the
@@ -29,26 +29,20 @@ WITH kept AS (
                                  HAVING count(DISTINCT prompt_id) > 1)) = 0
        OR error('two prompts of the pool share one prompt_key (a 64-bit hash collision, see '
                 || 'store/hashing.py): this audit would merge them')
-), per_prompt AS (
-    SELECT prompt_key,
-           count(*) AS n,
-           count(reward) AS n_scored,
-           sum(reward) AS reward_sum,
-           count(*) FILTER (WHERE tier = 0) AS tier0,
-           count(*) FILTER (WHERE tier = 1) AS tier1,
-           count(*) FILTER (WHERE tier = 2) AS tier2
-    FROM rollouts
-    GROUP BY prompt_key
+), spread AS (
+    SELECT coalesce(prompts.source_type, '(not in pool)') AS source_type,
+           count(*) AS prompts_rolled_out
+    FROM (SELECT DISTINCT prompt_key FROM run_prompts) AS p
+    LEFT JOIN pool_by_key AS prompts USING (prompt_key)
+    GROUP BY ALL
 ), rolled AS (
-    SELECT coalesce(pool.source_type, '(not in pool)') AS source_type,
+    SELECT coalesce(source_type, '(not in pool)') AS source_type,
            sum(n)::BIGINT AS rollouts,
-           count(*) AS prompts_rolled_out,
            sum(reward_sum) / nullif(sum(n_scored), 0) AS reward_mean,
            sum(tier0) / sum(n) AS tier0_share,
            sum(tier1) / sum(n) AS tier1_share,
            sum(tier2) / sum(n) AS tier2_share
-    FROM per_prompt
-    LEFT JOIN pool_by_key AS pool USING (prompt_key)
+    FROM rollout_steps
     GROUP BY ALL
 ), sources AS (
     SELECT source_type FROM kept
@@ -73,4 +67,5 @@ LEFT JOIN kept USING (source_type)
 LEFT JOIN quarantined USING (source_type)
 LEFT JOIN pooled USING (source_type)
 LEFT JOIN rolled USING (source_type)
+LEFT JOIN spread USING (source_type)
 ORDER BY source_type
