@@ -142,6 +142,7 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "judge": ("judge", "n_gold_pairs", "n_gold_prompts", "heldout_pair_accuracy"),
     "eval": ("eval.n_prompts", "eval.sft.gold_mean", "eval.final.step", "eval.final.gold_mean",
              "eval.final.win_rate", "eval.final.sqrt_kl", "eval.gold_gain"),
+    "rollups": ("rollout_rows", "rows"),
 }
 
 
@@ -158,6 +159,7 @@ TIMINGS: dict[str, tuple[str, ...]] = {
                "light_train_seconds", "strong_train_seconds", "external.train_seconds"),
     "route": ("us_per_prompt", "us_per_single_prompt_call"),
     "dedup": ("embedded_new", "embedded_cached"),
+    "rollups": ("seconds",),
 }
 
 

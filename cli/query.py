@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from rlhf.cli.common import add_plain_row, data_table, fail, plain
+from rlhf.cli.common import METRICS, REPORT, add_plain_row, data_table, fail, plain, write_metrics
 
 DISPLAY_ROWS = 100  # rows a rich table shows when no --limit is given
 STORE_HELP = "Store root: one folder of parquet shards per table."
@@ -287,16 +287,19 @@ def audit(
         params = chosen.bind(list(args or []))
     except QueryRefused as exc:
         fail(str(exc))
-    _note_stale_rollups(store)
+    _note_stale_rollups(store, chosen.sql)
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
     _run(store, chosen.sql, params, fmt, out, limit, explain,
          title=f"audit {chosen.name}{' (' + shown + ')' if shown else ''}: {chosen.summary}")
 
 
-def _note_stale_rollups(store: Path) -> None:
-    """One line on stderr when the audit will read raw rollouts because the rollups are not fresh."""
-    from rlhf.store.rollup import has_rollouts, state
+def _note_stale_rollups(store: Path, sql: str) -> None:
+    """One line on stderr when an audit that reads rollups will read the raw rows instead,
+    because the stored rollups are not fresh."""
+    from rlhf.store.rollup import has_rollouts, list_rollups, state
 
+    if not any(r.name in sql for r in list_rollups()):
+        return
     try:
         current = state(store) if store.is_dir() and has_rollouts(store) else "fresh"
     except OSError:
@@ -310,6 +313,8 @@ def rollup(
     store: Path = typer.Option(Path("artifacts/store"), "--store", help=STORE_HELP),
     check: bool = typer.Option(False, "--check", help="Only say whether the stored rollups are "
                                "the store's (exit 1 if not); write nothing."),
+    metrics: Path | None = METRICS,
+    report: Path | None = REPORT,
 ) -> None:
     """Build the rollups the audits read (per-step sums of rollouts and RM scores); dvc repro does.
 
@@ -317,7 +322,7 @@ def rollup(
     """
     import duckdb
 
-    from rlhf.store.rollup import build, state
+    from rlhf.store.rollup import FOLDER, build, state
 
     if not store.is_dir():
         fail(f"store folder not found: {store} (run the pipeline, or pass --store)")
@@ -327,14 +332,22 @@ def rollup(
         raise typer.Exit(0 if current == "fresh" else 1)
     try:
         rows = build(store)
+        steps = (store / FOLDER / "rollout_steps.parquet").resolve().as_posix().replace("'", "''")
+        rollouts = duckdb.connect().execute(
+            f"SELECT coalesce(sum(n), 0)::BIGINT FROM read_parquet('{steps}')").fetchone()[0]
     except duckdb.Error as exc:  # a damaged shard, or the prompt_key collision check
         fail(f"cannot build the rollups of {store}: {exc}")
     except OSError as exc:
         fail(f"cannot write the rollups: {exc}")
-    table = data_table(f"rollups written to {store}/rollups (fresh)",
+    table = data_table(f"rollups of {rollouts:,} rollouts written to {store}/{FOLDER} (fresh)",
                        ["rollup", ("rows", {"justify": "right"}), ("MiB", {"justify": "right"}),
                         ("seconds", {"justify": "right"})], title_justify="left")
     for row in rows:
         add_plain_row(table, row["rollup"], f"{row['rows']:,}", f"{row['bytes'] / 2**20:.2f}",
                       f"{row['seconds']:.2f}")
     Console(width=max(Console().width, 80)).print(table)
+    write_metrics("rollups", {"rollout_rows": rollouts,
+                              "rows": {r["rollup"]: r["rows"] for r in rows},
+                              "bytes": {r["rollup"]: r["bytes"] for r in rows},
+                              "seconds": {r["rollup"]: r["seconds"] for r in rows}},
+                  metrics, report)

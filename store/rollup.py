@@ -164,7 +164,8 @@ def build(root: str | Path) -> list[dict]:
 
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"store folder not found: {root} (run the pipeline, or pass --store)")
+        raise FileNotFoundError(f"store folder not found: {root} "
+                                "(run the pipeline, or pass --store)")
     folder = root / FOLDER
     folder.mkdir(exist_ok=True)
     remove_partials(folder)
@@ -173,13 +174,17 @@ def build(root: str | Path) -> list[dict]:
     stamp = fingerprint(root)
     (folder / MANIFEST).unlink(missing_ok=True)  # stale from here until the new one is written
     con = connect(root, with_rollups=False)
+    # One thread and sorted rows: the same shards give the same bytes (float sums in one order),
+    # so a rerun of the `rollups` stage leaves its outputs' hashes as they were.
+    con.execute("SET threads = 1")
     rows = []
     for rollup in list_rollups():
         final = folder / f"{rollup.name}.parquet"
         tmp = folder / f".{rollup.name}.parquet{TMP_SUFFIX}"
         started = time.perf_counter()
         target = str(tmp.resolve()).replace("'", "''")
-        con.execute(f"COPY ({rollup.sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(f"COPY (SELECT * FROM ({rollup.sql}) ORDER BY ALL) TO '{target}' "
+                    "(FORMAT parquet, COMPRESSION zstd)")
         with open(tmp, "rb") as fh:  # on disk before the rename makes it visible
             os.fsync(fh.fileno())
         tmp.replace(final)

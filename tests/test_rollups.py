@@ -164,6 +164,8 @@ def test_a_new_shard_makes_the_rollups_stale_and_the_audits_still_count_it(histo
     result = runner.invoke(app, ["audit", "economy", "--store", str(store), "--format", "jsonl"])
     assert result.exit_code == 0 and "rollups are stale" in result.stderr
     assert "rlhf rollup --store" in result.stderr and "rollups" not in result.stdout
+    other = runner.invoke(app, ["audit", "annotators", "--store", str(store)])
+    assert other.exit_code == 0 and other.stderr == ""  # it reads no rollup
     # the check has teeth: the stored (old) rollups read as if fresh would miss the new row
     con = connect(store, with_rollups=False)
     for r in rollup.list_rollups():
@@ -220,9 +222,16 @@ def test_rollup_cli_check_build_and_errors(history, tmp_path):
     shutil.copytree(history, store)
     check = runner.invoke(app, ["rollup", "--store", str(store), "--check"])
     assert check.exit_code == 1 and "absent" in check.stdout
-    built = runner.invoke(app, ["rollup", "--store", str(store)], env={"COLUMNS": "120"})
+    metrics, report = tmp_path / "m.json", tmp_path / "r.json"
+    built = runner.invoke(app, ["rollup", "--store", str(store), "--metrics", str(metrics),
+                                "--report", str(report)], env={"COLUMNS": "120"})
     assert built.exit_code == 0, built.output
     assert "rollout_steps" in built.stdout and "fresh" in built.stdout
+    rollouts = connect(store).execute("SELECT count(*) FROM rollouts").fetchone()[0]
+    head, full = json.loads(metrics.read_text()), json.loads(report.read_text())
+    assert head["rollout_rows"] == full["rollout_rows"] == rollouts > 100
+    assert set(head["rows"]) == {r.name for r in rollup.list_rollups()} == set(full["bytes"])
+    assert "seconds" not in full  # wall-clock: in the unversioned timings file only
     manifest = json.loads((store / "rollups" / "manifest.json").read_text())
     assert manifest["fingerprint"] == rollup.fingerprint(store)
     assert runner.invoke(app, ["rollup", "--store", str(store), "--check"]).exit_code == 0
