@@ -60,7 +60,11 @@ class Arm:
     peer: dict = field(default_factory=dict)  # a TRL peer's options (economy_peers.train_peer)
 
 
-# the switches, composed into its arms below
+# the switches, composed into its arms below. Issue 27 §6: with the native engine the default
+# of the ppo stage, a switch's arm on plain PPO runs on it too (`NATIVE`): the same sampled
+# distribution as plain PPO's `model.generate`, so only the switch changes what is learned,
+# while a row the switch stops early leaves the batch and its compute is saved
+NATIVE = {"engine": "native"}
 LEVEL02 = {"escalate_below": 0.6, "escalate_score_quantile": 0.1, "escalate_high_risk": True,
            "escalate_max_share": 0.07, "escalate_map": "fitted", "human_labels_per_step": 1}
 EVOLVE = {"rm_evolve_on": True}
@@ -89,11 +93,13 @@ ARMS: dict[str, Arm] = {
     # rollout economy II: the prompt-embedding rollout scheduler alone on plain PPO
     # (so its figures are against the baseline's own seeds); debug_rollouts keeps the texts the
     # staleness check scores with the gold judge (it changes no update)
-    "scheduler": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True}),
+    "scheduler": Arm(base="plain", overrides={**NATIVE, "schedule_on": True,
+                                              "debug_rollouts": True}),
     # the same with a looser low threshold: at the seed's 0.3 (a tenth of a standardised
     # variance ~1) the 7-of-10 rule skipped 4 of 644 decisions in a 40-step seed-0 calibration;
     # 0.9 skipped ~15 % when replayed on that run's rewards (trigger-rate calibration only)
-    "scheduler_loose": Arm(base="plain", overrides={"schedule_on": True, "debug_rollouts": True,
+    "scheduler_loose": Arm(base="plain", overrides={**NATIVE, "schedule_on": True,
+                                                    "debug_rollouts": True,
                                                     "schedule_low": 0.9, "schedule_high": 1.5}),
     # seed 000 §3.1 levels two and three (pipeline/ppo/features/sample_economy.py) on seed PPO
     "pruning": Arm(base="seed", stratified=True, overrides={"prune_on": True}),
@@ -114,17 +120,19 @@ ARMS: dict[str, Arm] = {
     # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
     # reward stage's score map; one sample a step to the human queue. Level 0's token budget is
     # left out: its complexity head is below the majority class (docs/README.md)
-    "level02": Arm(base="plain", overrides={**LEVEL02, "debug_rollouts": True}),
+    "level02": Arm(base="plain", overrides={**NATIVE, **LEVEL02, "debug_rollouts": True}),
     # the light RM that evolves (pipeline/ppo/features/rm_evolution.py): the confidence gate keeps
     # unsure samples out of the update, a Spearman drop re-trains and swaps the light RM
-    "rm_evolution": Arm(base="plain", overrides={**EVOLVE, "rm_gate_mask_on": True,
+    "rm_evolution": Arm(base="plain", overrides={**NATIVE, **EVOLVE, "rm_gate_mask_on": True,
                                                  "debug_rollouts": True}),
     # RM evolution alone, every sample trained on (the gate kept 14 % of them in rm_evolution:
     # the calibrated light RM is below 0.6 on most of the policy's own samples)
-    "rm_evolution_ungated": Arm(base="plain", overrides={**EVOLVE, "debug_rollouts": True}),
+    "rm_evolution_ungated": Arm(base="plain", overrides={**NATIVE, **EVOLVE,
+                                                         "debug_rollouts": True}),
     # the same with the annotator pool labelling every check sample (human labels, as the seed's
     # evolving RM has), not the strong RM, which the policy learns to fool as it does the light
-    "rm_evolution_human": Arm(base="plain", overrides={**EVOLVE, "rm_label_source": "annotators",
+    "rm_evolution_human": Arm(base="plain", overrides={**NATIVE, **EVOLVE,
+                                                       "rm_label_source": "annotators",
                                                        "debug_rollouts": True}),
     # every rollout-economy feature together, on seed PPO (stratified batches), and the same
     # without the confidence gate's loss mask (which kept 14-16 % of the samples)
@@ -139,15 +147,15 @@ ARMS: dict[str, Arm] = {
     "rloo": Arm(trainer="rloo", base="plain"),
     # the peers' estimators inside our trainer (advantages.py): 4 prompts x 4 samples a step, no
     # critic run, so they combine with our economy features; DAPO's dynamic sampling on GRPO
-    "grpo_ours": Arm(base="plain", overrides={"advantage_estimator": "grpo", "group_size": 4,
-                                              "whiten_advantages": False}),
-    "rloo_ours": Arm(base="plain", overrides={"advantage_estimator": "rloo", "group_size": 4,
-                                              "whiten_advantages": False}),
-    "dapo_ours": Arm(base="plain", overrides={"advantage_estimator": "grpo", "group_size": 4,
-                                              "whiten_advantages": False,
+    "grpo_ours": Arm(base="plain", overrides={**NATIVE, "advantage_estimator": "grpo",
+                                              "group_size": 4, "whiten_advantages": False}),
+    "rloo_ours": Arm(base="plain", overrides={**NATIVE, "advantage_estimator": "rloo",
+                                              "group_size": 4, "whiten_advantages": False}),
+    "dapo_ours": Arm(base="plain", overrides={**NATIVE, "advantage_estimator": "grpo",
+                                              "group_size": 4, "whiten_advantages": False,
                                               "dynamic_sampling_on": True}),
     # the rollout engine (pipeline/engine.py): the same distribution, produced with less compute
-    "engine_native": Arm(base="plain", overrides={"engine": "native"}),
+    "engine_native": Arm(base="plain", overrides=NATIVE),
     "spec_lookup": Arm(base="plain", overrides={"engine": "native", "draft": "lookup",
                                                 "draft_k": 4}),
     # self-speculative drafts (pipeline/draft_model.py): the policy's first quarter of layers
@@ -160,7 +168,7 @@ ARMS: dict[str, Arm] = {
                                                "draft_k": 4}),
     # seed 000 §2.2's replay buffer alone on plain PPO: half of each batch from the last 2,000
     # rollouts, trained with their stored old log-probs (the seed: final reward 17.3 % lower)
-    "replay": Arm(base="plain", overrides={"replay_on": True, "replay_size": 2000,
+    "replay": Arm(base="plain", overrides={**NATIVE, "replay_on": True, "replay_size": 2000,
                                            "replay_fraction": 0.5}),
 }
 BASELINE = "plain"
