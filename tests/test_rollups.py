@@ -13,6 +13,8 @@ import random
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -184,9 +186,6 @@ def test_a_copy_with_new_file_times_stays_fresh_and_a_rewritten_shard_does_not(h
     moved = tmp_path / "moved"
     shutil.copytree(store, moved, copy_function=shutil.copyfile)  # new mtimes, same bytes
     assert rollup.state(moved) == "fresh"
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     # A rewrite of the same size: only the footer (the new maximum in its statistics) tells.
     shard = sorted((moved / "rm_scores").rglob("*.parquet"))[0]
     table = pq.read_table(shard)
@@ -248,9 +247,6 @@ def test_rollup_cli_check_build_and_errors(history, tmp_path):
 
 
 def test_rollup_of_a_store_with_a_prompt_key_collision_fails_clearly(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     store = synthetic_store.build(tmp_path / "store")
     path = store / "pool" / "part-00000.parquet"
     pool = pq.read_table(path)
