@@ -191,6 +191,8 @@ def build(root: str | Path) -> list[dict]:
         n = con.execute(f"SELECT count(*) FROM read_parquet({_literal_path(final)})").fetchone()[0]
         rows.append({"rollup": rollup.name, "rows": n, "bytes": final.stat().st_size,
                      "seconds": round(time.perf_counter() - started, 3)})
+    # no seconds in the manifest: it is a DVC-tracked output, and wall-clock would change its hash
+    kept = [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
     write_text_atomic(folder / MANIFEST, json.dumps(
-        {"version": VERSION, "fingerprint": stamp, "rollups": rows}, indent=1) + "\n")
+        {"version": VERSION, "fingerprint": stamp, "rollups": kept}, indent=1) + "\n")
     return rows

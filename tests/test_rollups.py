@@ -239,6 +239,11 @@ def test_rollup_cli_check_build_and_errors(history, tmp_path):
     assert "seconds" not in full  # wall-clock: in the unversioned timings file only
     manifest = json.loads((store / "rollups" / "manifest.json").read_text())
     assert manifest["fingerprint"] == rollup.fingerprint(store)
+    assert all("seconds" not in r for r in manifest["rollups"])
+    # a rebuild writes the same bytes, manifest included: the stage's output hash stays
+    first = {p.name: p.read_bytes() for p in (store / "rollups").iterdir()}
+    rollup.build(store)
+    assert {p.name: p.read_bytes() for p in (store / "rollups").iterdir()} == first
     assert runner.invoke(app, ["rollup", "--store", str(store), "--check"]).exit_code == 0
     quiet = runner.invoke(app, ["audit", "rewards", "--store", str(store), "--format", "jsonl"])
     assert quiet.exit_code == 0 and quiet.stderr == ""
