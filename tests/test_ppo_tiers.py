@@ -230,6 +230,19 @@ def test_the_confidence_gate_keeps_low_confidence_samples_out_of_the_update(tmp_
     assert len(queued) == 4 and len(scores) == 8  # the gated ones keep their queued score row
 
 
+class UngatedScorer(SpreadScorer):
+    gate = 0.0  # reward.confidence_gate: 0, saved in scorer.json
+
+
+def test_a_confidence_gate_of_0_gates_nothing(tmp_path):
+    # 0 means no gate: it once became 0.6 through an `or 0.6` and gated the 0.2 and 0.59 rows
+    last = _trainer(tmp_path, UngatedScorer(), total_steps=2, rm_gate_mask_on=True).train()
+    assert not [r for r in _rows(tmp_path) if r["scorer"] == "gated"]
+    assert last["rollouts_trained"] == 4 and last["rollouts_skipped"] == 0
+    scores = read_table("rm_scores", tmp_path / "rm_scores").to_pylist()
+    assert len(scores) == 8 and not any(s["queued"] for s in scores)
+
+
 # --------------------------------------------------------------------------- RM evolution
 @pytest.fixture(scope="module")
 def rm_world(tmp_path_factory):

@@ -33,6 +33,7 @@ import torch
 from rlhf.pipeline.ppo.features.registry import Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
+from rlhf.pipeline.ppo.scoring import scorer_identity
 
 
 def relative_drop(reference: float, current: float) -> float:
@@ -72,7 +73,7 @@ class RMEvolution(HookBase):
         self.out = Path(ctx.out)
         step = ctx.step
         r.extras["rm_version"] = self.version  # who scored this batch (records.py)
-        gate = float(getattr(self.light, "gate", None) or 0.6)
+        _, _, gate = scorer_identity(self.light)  # 0 means no gate; unset, the 0.6 default
         low = gate_mask(r.valid.tolist(), r.confidence.tolist(), r.escalated.tolist(), gate)
         if cfg.rm_gate_mask_on:
             for i in low:
