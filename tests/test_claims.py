@@ -45,15 +45,22 @@ def test_doctor_flash_attn_warning_names_the_real_check():
     assert "trainer checks" not in finding.message  # no trainer check exists
 
 
-# --- the confidence gate: queues, does not skip --------------------------------------------
+# --- the confidence gate: queues; keeps out of the update with ppo.rm_gate_mask_on -----------
 
-def test_gate_docstrings_do_not_claim_ppo_skips_samples():
+def test_gate_docstrings_say_what_the_gate_does(repo):
+    """A score below the gate is always `queued`; `ppo.rm_gate_mask_on` (off in params.yaml)
+    keeps the sample out of the update (tests/test_ppo_tiers.py
+    test_the_confidence_gate_keeps_low_confidence_samples_out_of_the_update runs it)."""
     from rlhf.pipeline.reward import confidence, scorer
 
+    params = (repo / "params.yaml").read_text()
+    assert re.search(r"^\s+rm_gate_mask_on: false\b", params, re.M)  # "the default"
     for module in (scorer, confidence):
-        doc = module.__doc__
-        assert not re.search(r"below which PPO skips", doc), module.__name__
-        assert "queued" in doc and "still trains" in doc, module.__name__
+        doc = " ".join(module.__doc__.split())
+        assert "not implemented" not in doc, module.__name__
+        assert "queued" in doc and "`ppo.rm_gate_mask_on`" in doc, module.__name__
+        assert re.search(r"rm_gate_mask_on` [^.]*out of the update", doc), module.__name__
+        assert "(the default) PPO still trains on it" in doc, module.__name__
 
 
 def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):

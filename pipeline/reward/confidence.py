@@ -2,12 +2,14 @@
 
 Seed 000 §3.4 asks the RM for a confidence "based on the last-layer logits entropy" next to its
 scalar reward, and keeps a sample out of the update (and queues it for RM fine-tuning) when the
-confidence is below 0.6. Here the gate only queues: PPO records such a score as `queued` in the
-`rm_scores` table and still trains on the sample (keeping it out of the update is not
-implemented; `ppo.escalate_below` can send it to the strong RM instead). A scalar RM has no distribution of its own, so we use the one its training
-loss defines: under the Bradley-Terry model the RM was fit with, a score margin `m` between two
-texts is a logit, and `sigmoid(m / T)` is the probability that the first is preferred
-(T: a temperature fitted on held-out pairs so that the probability is calibrated).
+confidence is below 0.6. PPO always records such a score as `queued` in the `rm_scores` table;
+with `ppo.rm_gate_mask_on` it also keeps the sample out of the update (flag `gated`) and queues
+it for the light RM's fine-tuning (pipeline/ppo/features/rm_evolution.py); with the switch off
+(the default) PPO still trains on it. `ppo.escalate_below` can send it to the strong RM instead.
+A scalar RM has no distribution of its own, so we use the one its training loss defines: under
+the Bradley-Terry model the RM was fit with, a score margin `m` between two texts is a logit,
+and `sigmoid(m / T)` is the probability that the first is preferred (T: a temperature fitted on
+held-out pairs so that the probability is calibrated).
 
 - For a pair (a, b): P(a > b) = mean_i sigmoid((r_i(a) - r_i(b)) / T) over the ensemble members i.
 - For one sample x (what PPO needs): the same distribution against the reference score, the mean
@@ -31,7 +33,7 @@ import math
 from collections.abc import Sequence
 
 # Seed 000 §3.4: samples below this confidence go to the RM fine-tune queue (`queued` in
-# rm_scores). The seed also skips them in the update; PPO here does not (yet).
+# rm_scores) and, with ppo.rm_gate_mask_on, are kept out of the update as the seed asks.
 CONFIDENCE_GATE = 0.6
 
 

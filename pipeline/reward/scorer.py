@@ -17,10 +17,11 @@ A scorer folder holds `scorer.json` and one or more sequence-classification chec
   overrides it per call.
 - confidence in [0, 1] (seed 000 §3.4): 1 - H2(mean_i sigmoid(reward_i / T)), see
   `rlhf.pipeline.reward.confidence`; `scorer.gate` (0.6, saved in scorer.json as
-  `confidence_gate`) is the confidence below which PPO marks the score `queued` in the
-  `rm_scores` table: the sample belongs in the RM's fine-tune queue. PPO still trains on it (the
-  seed also keeps such samples out of the update; that is not implemented), and Level-2
-  escalation has its own threshold, `ppo.escalate_below` (0 = off by default).
+  `confidence_gate`; 0 = no gate) is the confidence below which PPO marks the score `queued` in
+  the `rm_scores` table: the sample belongs in the RM's fine-tune queue. With
+  `ppo.rm_gate_mask_on` PPO also keeps the sample out of the update (as the seed asks); with it
+  off (the default) PPO still trains on it. Level-2 escalation has its own threshold,
+  `ppo.escalate_below` (0 = off by default).
 - `scorer.member_rewards(prompts, responses)` [members, B] for diagnostics; `scorer.n_params`.
 
 Texts are rendered with `rlhf.pipeline.text.format_sample` plus EOS, truncated from the left to
