@@ -67,3 +67,42 @@ def test_rloo_in_our_trainer_samples_groups_and_never_runs_the_critic(tmp_path):
     assert any(not torch.equal(v, tr.policy.state_dict()[k]) for k, v in policy0.items())
     m = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert all(x["critic_token_forwards"] == 0 and x["update_token_forwards"] > 0 for x in m)
+
+
+def _scored_rollout(scores):
+    """Four scored rows of three response tokens (the last row's third is padding), KL 0."""
+    from rlhf.pipeline.ppo.rollout import Rollout
+
+    n = len(scores)
+    mask = torch.ones(n, 3, dtype=torch.bool)
+    mask[-1, 2] = False
+    return Rollout([f"p{i}" for i in range(n)], ["q"] * n, ["a"] * n,
+                   torch.ones(n, 2, dtype=torch.long), torch.ones(n, 2, dtype=torch.long),
+                   torch.ones(n, 3, dtype=torch.long), mask, torch.ones(n, dtype=torch.bool),
+                   [[] for _ in range(n)], "sft", scores=torch.tensor(scores),
+                   kl=torch.zeros(n, 3), values=torch.zeros(n, 3))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("kind", ["grpo", "rloo", "gae"])
+def test_whiten_advantages_whitens_gae_only(tmp_path, kind):
+    """`whiten_advantages: true` (shipped) whitens GAE's advantages over the batch; a group
+    estimator's are normalised within their group already and are used as it computes them."""
+    from rlhf.pipeline.ppo import core
+    from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
+
+    cfg = build(PPOConfig, {**ppo_tiny.PARAMS, "advantage_estimator": kind,
+                            "group_size": 1 if kind == "gae" else 2, "kl_coef": 0.0,
+                            "whiten_advantages": True}, "ppo")
+    tok = ppo_tiny.tokenizer()
+    tr = PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok, ppo_tiny.WordScorer(),
+                    [("p00", ppo_tiny.PROMPTS[0])], RunPaths(tmp_path / "run", tmp_path / "rows",
+                                                             kind))
+    r = _scored_rollout([1.0, 0.0, 3.0, 5.0])
+    lam = tr.learner.advantages(r, 1)["gae_lambda"]
+    own, _ = ESTIMATORS[kind].estimate(r.rewards, r.values, r.response_mask,
+                                       torch.tensor([0, 0, 1, 1]), cfg.gamma, lam)
+    if kind == "gae":
+        assert torch.allclose(r.advantages, core.masked_whiten(own, r.loss_mask) * r.loss_mask)
+    else:  # untouched: e.g. GRPO's ±1/(sqrt(2)·std + 1e-4) per group, not re-scaled by the batch
+        assert torch.equal(r.advantages, own * r.loss_mask)

@@ -12,7 +12,8 @@ penalty, core.per_token_rewards), so the group estimators see the same KL-shaped
 Group estimators need k samples of each prompt (`ppo.group_size`, the trainer draws them as
 contiguous rows); rows without a trainable token (fallbacks, pruned rows) sit out of their
 group's statistics and get advantage 0. A group estimator broadcasts one advantage over every
-token of its response; its `returns` are 0 (there is no value target) and the critic is not run.
+token of its response; its `returns` are 0 (there is no value target), the trainer builds no
+critic, and `ppo.whiten_advantages` (for GAE) does not whiten its advantages a second time.
 
     python -c "import torch; from rlhf.pipeline.ppo.advantages import group_advantages as g; \
 print(g(torch.tensor([1., 0., 3., 3.]), torch.tensor([0, 0, 1, 1]), torch.ones(4).bool(), 'rloo'))"
@@ -29,7 +30,10 @@ from rlhf.pipeline.ppo import core
 
 class AdvantageEstimator(Protocol):
     name: str
-    needs_critic: bool  # False: the trainer does not run or train the critic
+    needs_critic: bool  # False: the trainer neither builds, runs nor trains a critic
+    # True: the advantages already carry their baseline (and GRPO its scale) from the group, so
+    # `ppo.whiten_advantages` leaves them as they are (see `GroupEstimator`)
+    normalised: bool
 
     def estimate(self, rewards: torch.Tensor, values: torch.Tensor | None, mask: torch.Tensor,
                  groups: torch.Tensor, gamma: float, lam: float
@@ -59,14 +63,21 @@ def group_advantages(returns: torch.Tensor, groups: torch.Tensor, live: torch.Te
 
 
 class GAE:
-    name, needs_critic = "gae", True
+    # PPO whitens GAE advantages over the batch (`ppo.whiten_advantages`; TRL's PPO trainer and
+    # OpenAI's baselines do the same)
+    name, needs_critic, normalised = "gae", True, False
 
     def estimate(self, rewards, values, mask, groups, gamma, lam):
         return core.gae(rewards, values, mask, gamma, lam)
 
 
 class GroupEstimator:
-    needs_critic = False
+    # Not whitened again over the batch: GRPO's advantage is already the group-standardised
+    # return (Shao et al. 2024, §4.1.2; TRL's GRPOTrainer scales by the group std and no more,
+    # `scale_rewards="group"`), and RLOO's is the return minus the leave-one-out baseline, used as
+    # it is by Ahmadian et al. 2024 and by TRL's RLOOTrainer (`normalize_advantages` defaults to
+    # False). Whitening them again would re-centre and re-scale every group by the batch's spread.
+    needs_critic, normalised = False, True
 
     def __init__(self, name: str):
         self.name = name

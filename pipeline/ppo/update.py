@@ -110,7 +110,8 @@ class Learner:
             groups = torch.arange(len(r), device=r.rewards.device) // cfg.group_size
             adv, r.returns = self.estimator.estimate(r.rewards, r.values, r.response_mask,
                                                      groups, cfg.gamma, lam)
-            if cfg.whiten_advantages and int(mask.sum()) >= 2:
+            # a group estimator's advantages are normalised already (advantages.py)
+            if cfg.whiten_advantages and not self.estimator.normalised and int(mask.sum()) >= 2:
                 adv = core.masked_whiten(adv, mask)
             r.advantages = adv * mask
         else:
