@@ -79,7 +79,10 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
             mf.check_scorer(inputs["strong_reward"], "--strong-reward", plain_allowed=True)
         if resume:
             step = out / "checkpoints" / latest.read_text().strip()
-            for name in ("policy.pt", "critic.pt", "optim.pt"):
+            from rlhf.pipeline.ppo.advantages import estimator
+
+            critic = ("critic.pt",) if estimator(cfg.advantage_estimator).needs_critic else ()
+            for name in ("policy.pt", *critic, "optim.pt"):  # a group estimator has no critic
                 mf.check_torch_file(step / name, f"--resume checkpoint {step.name}")
     except mf.ModelFolderError as exc:
         fail(str(exc))

@@ -56,14 +56,17 @@ def test_rloo_in_our_trainer_samples_groups_and_never_runs_the_critic(tmp_path):
     prompts = [(f"p{i:02d}", p) for i, p in enumerate(ppo_tiny.PROMPTS)]
     tr = PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok, ppo_tiny.WordScorer(),
                     prompts, RunPaths(tmp_path / "run", tmp_path / "rows", "rloo"))
-    critic0 = {k: v.clone() for k, v in tr.critic.state_dict().items()}
+    assert tr.critic is None and tr.engines.critic is None  # never run, so never built
     policy0 = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     tr.train()
     rows = read_table("rollouts", tmp_path / "rows").to_pylist()
     for step in (1, 2):
         ids = [r["prompt_id"] for r in rows if r["step"] == step]
         assert len(ids) == 4 and len(set(ids)) == 2  # 2 prompts x 2 samples
-    assert all(torch.equal(v, tr.critic.state_dict()[k]) for k, v in critic0.items())
+    assert not (tmp_path / "run" / "critic.pt").exists()
+    ckpt = tmp_path / "run" / "checkpoints" / "step-000002"
+    assert not (ckpt / "critic.pt").exists()
+    assert set(torch.load(ckpt / "optim.pt", weights_only=False)) == {"policy", "sched_policy"}
     assert any(not torch.equal(v, tr.policy.state_dict()[k]) for k, v in policy0.items())
     m = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert all(x["critic_token_forwards"] == 0 and x["update_token_forwards"] > 0 for x in m)
@@ -106,3 +109,34 @@ def test_whiten_advantages_whitens_gae_only(tmp_path, kind):
         assert torch.allclose(r.advantages, core.masked_whiten(own, r.loss_mask) * r.loss_mask)
     else:  # untouched: e.g. GRPO's ±1/(sqrt(2)·std + 1e-4) per group, not re-scaled by the batch
         assert torch.equal(r.advantages, own * r.loss_mask)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("kind", ["grpo", "gae"])
+def test_resume_equals_the_uninterrupted_run_with_and_without_a_critic(tmp_path, kind):
+    from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
+    from rlhf.store.io import read_table
+
+    cfg = build(PPOConfig, {**ppo_tiny.PARAMS, "total_steps": 4, "max_new_tokens": 4,
+                            "checkpoint_every": 2, "advantage_estimator": kind,
+                            "group_size": 2 if kind == "grpo" else 1}, "ppo")
+    tok = ppo_tiny.tokenizer()
+    prompts = [(f"p{i:02d}", p) for i, p in enumerate(ppo_tiny.PROMPTS)]
+
+    def trainer():
+        return PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok,
+                          ppo_tiny.WordScorer(), prompts,
+                          RunPaths(tmp_path / "run", tmp_path / "rows", kind))
+
+    def rows():
+        return sorted((r["step"], r["prompt_id"], r["response_key"], r["reward"])
+                      for r in read_table("rollouts", tmp_path / "rows").to_pylist())
+
+    first = trainer()
+    assert (first.critic is None) == (kind == "grpo")
+    first.train()
+    done, sha = rows(), (tmp_path / "run" / "weights-rank0.sha256").read_text()
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000002")
+    trainer().train(resume=True)
+    assert rows() == done
+    assert (tmp_path / "run" / "weights-rank0.sha256").read_text() == sha

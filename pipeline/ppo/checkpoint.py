@@ -41,13 +41,16 @@ def save(t, step: int) -> Path:
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                tmp / f"rng-rank{t.dist.rank}.pt")
     e = t.engines  # every process: ZeRO-3 gathers weights and writes its optimiser share
-    weights = {"policy": e.policy.full_state(), "critic": e.critic.full_state()}
-    optim = {"policy": e.policy.save(tmp, "policy"), "critic": e.critic.save(tmp, "critic")}
+    # without a critic (a group estimator: advantages.py) there is no critic.pt and no critic
+    # entries in optim.pt
+    models = {"policy": e.policy, **({"critic": e.critic} if e.critic is not None else {})}
+    weights = {name: m.full_state() for name, m in models.items()}
+    optim = {name: m.save(tmp, name) for name, m in models.items()}
     if acc.is_main_process:
-        torch.save(weights["policy"], tmp / "policy.pt")
-        torch.save(weights["critic"], tmp / "critic.pt")
-        torch.save({**optim, "sched_policy": e.policy.scheduler.state_dict(),
-                    "sched_critic": e.critic.scheduler.state_dict()}, tmp / "optim.pt")
+        for name in models:
+            torch.save(weights[name], tmp / f"{name}.pt")
+        torch.save({**optim, **{f"sched_{name}": m.scheduler.state_dict()
+                                for name, m in models.items()}}, tmp / "optim.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state(t, step)))
         # the run's seconds so far: a wall-clock figure, kept out of the output hash (.dvcignore)
         (tmp / "timings.json").write_text(json.dumps({"seconds": t.totals.seconds}))
@@ -79,10 +82,12 @@ def load(t) -> int:
     step = int(state["step"])
     e = t.engines
     optim = torch.load(ckpt / "optim.pt", weights_only=False)
-    e.policy.load(ckpt, "policy", torch.load(ckpt / "policy.pt"), optim["policy"])
-    e.critic.load(ckpt, "critic", torch.load(ckpt / "critic.pt"), optim["critic"])
-    e.policy.scheduler.load_state_dict(optim["sched_policy"])
-    e.critic.scheduler.load_state_dict(optim["sched_critic"])
+    # a critic's files are read only when the run has a critic (one a checkpoint written with
+    # a critic still carries is not needed by a group estimator)
+    for name, m in (("policy", e.policy), ("critic", e.critic)):
+        if m is not None:
+            m.load(ckpt, name, torch.load(ckpt / f"{name}.pt"), optim[name])
+            m.scheduler.load_state_dict(optim[f"sched_{name}"])
     t.sampler.load_state_dict(state["sampler"])
     t.kl_ctl.load_state_dict(state["kl_controller"])
     t.collapse.load_state_dict(state["collapse"])

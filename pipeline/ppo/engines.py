@@ -127,7 +127,8 @@ class ZeroEngine(Engine):
 
 
 class Engines:
-    """The policy and critic engines and the reference, updated together once per minibatch."""
+    """The policy and critic engines and the reference, updated together once per minibatch;
+    `critic` is None for an estimator without one (advantages.py: GRPO, RLOO)."""
 
     def __init__(self, kind: str, policy: Engine, critic: Engine, ref, accumulation: int,
                  acc, described: dict):
@@ -140,9 +141,11 @@ class Engines:
         Returns the policy's pre-clip gradient norm when it stepped, else None."""
         if self.kind == "zero3":
             self.policy.module.backward(p_loss)
-            self.critic.module.backward(c_loss)
+            if self.critic is not None:
+                self.critic.module.backward(c_loss)
             gnorm = self.policy.step()
-            self.critic.step()
+            if self.critic is not None:
+                self.critic.step()
             return gnorm
         loss = p_loss + c_loss
         self.acc.backward(loss / self.accumulation if self.accumulation > 1 else loss)
@@ -150,20 +153,24 @@ class Engines:
         if self._micro % self.accumulation:
             return None
         gnorm = self.policy.step()
-        self.critic.step()
+        if self.critic is not None:
+            self.critic.step()
         return gnorm
 
     def zero_grad(self) -> None:
         self.policy.zero_grad()
-        self.critic.zero_grad()
+        if self.critic is not None:
+            self.critic.zero_grad()
 
     def step_schedulers(self) -> None:
         self.policy.scheduler.step()
-        self.critic.scheduler.step()
+        if self.critic is not None:
+            self.critic.scheduler.step()
 
 
 def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -> Engines:
-    """The engines of `cfg.sharding` for these models (every process calls it)."""
+    """The engines of `cfg.sharding` for these models (every process calls it); `critic` None:
+    no critic engine (a group estimator)."""
     world = acc.num_processes
     def decay(s: int) -> float:  # the LR schedule of both models, stepped once per PPO step
         return max(0.1, 1.0 - s / max(cfg.total_steps, 1))
@@ -181,16 +188,20 @@ def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -
                               "zero3 (accelerate cannot prepare the policy and the critic "
                               "together under DeepSpeed)")
         opt_p = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
-        opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
         sched_p = torch.optim.lr_scheduler.LambdaLR(opt_p, decay)
-        sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
-        mod_p, mod_c, opt_p, opt_c = acc.prepare(policy, critic, opt_p, opt_c)
+        critic_engine = None
+        if critic is None:
+            mod_p, opt_p = acc.prepare(policy, opt_p)
+        else:
+            opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
+            sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
+            mod_p, mod_c, opt_p, opt_c = acc.prepare(policy, critic, opt_p, opt_c)
+            critic_engine = Engine(mod_c, acc.unwrap_model(mod_c), opt_c, sched_c, acc,
+                                   cfg.max_grad_norm)
         ref = ref.to(acc.device)
         return Engines("none", Engine(mod_p, acc.unwrap_model(mod_p), opt_p, sched_p, acc,
                                       cfg.max_grad_norm),
-                       Engine(mod_c, acc.unwrap_model(mod_c), opt_c, sched_c, acc,
-                              cfg.max_grad_norm),
-                       ref, cfg.gradient_accumulation_steps, acc, described)
+                       critic_engine, ref, cfg.gradient_accumulation_steps, acc, described)
     return _zero3(cfg, acc, policy, critic, ref, deepspeed_config or DEFAULT_DEEPSPEED_CONFIG,
                   decay, described)
 
@@ -275,6 +286,9 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
     offload = ds["zero_optimization"].get("offload_optimizer", {}).get("device", "none") != "none"
     engines = []
     for model, lr in ((policy, cfg.learning_rate), (critic, cfg.critic_learning_rate)):
+        if model is None:  # no critic (a group estimator)
+            engines.append(None)
+            continue
         if offload:  # the CPU-side Adam that ZeRO-Offload steps (torch AdamW's defaults)
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
@@ -291,7 +305,8 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
     ref_engine, *_ = deepspeed.initialize(model=ref, config=eval_ds)
     zero = ds["zero_optimization"]
     described.update({
-        "engines": {"policy": "deepspeed", "critic": "deepspeed", "ref": "deepspeed (inference)"},
+        "engines": {"policy": "deepspeed", "ref": "deepspeed (inference)",
+                    "critic": "deepspeed" if critic is not None else None},
         "zero_stage": zero["stage"],
         "offload_optimizer": zero.get("offload_optimizer", {}).get("device", "none"),
         "offload_param": zero.get("offload_param", {}).get("device", "none"),

@@ -11,13 +11,13 @@ Outputs under --out: checkpoints/step-NNNNNN/ (policy, critic, optimizers, sched
 sampler and controller state), tensorboard/ (every metric, every step), metrics.csv (the six
 seed 000 §4.4 metrics, one line every `csv_every` steps), metrics.jsonl (every metric, every
 step), events.jsonl (reward collapses / RM-refresh requests, skipped updates, diagnostics),
-policy/ and critic.pt (final weights), summary.json. Rollout rows go to the `rollouts` table
-folder --rollouts through the store's writer (store/rollouts.py: run_id=<id>/step_bucket=<k>/,
-sorted whole-step shards); with --rm-scores, every RM score PPO uses goes to the `rm_scores`
-table (light RM, and the strong RM's for escalated rollouts), with --train-metrics the six
-metrics of every CSV line to `train_metrics`, both through the same writer and layout; every
-saved checkpoint gets a row in the `checkpoints` table folder --checkpoint-table when one is
-given (what `rlhf audit lineage` walks).
+policy/ and critic.pt (final weights; no critic for a group estimator), summary.json. Rollout
+rows go to the `rollouts` table folder --rollouts through the store's writer (store/rollouts.py:
+run_id=<id>/step_bucket=<k>/, sorted whole-step shards); with --rm-scores, every RM score PPO
+uses goes to the `rm_scores` table (light RM, and the strong RM's for escalated rollouts), with
+--train-metrics the six metrics of every CSV line to `train_metrics`, both through the same
+writer and layout; every saved checkpoint gets a row in the `checkpoints` table folder
+--checkpoint-table when one is given (what `rlhf audit lineage` walks).
 
 The loop (`PPOTrainer.step`) reads top to bottom; each phase is a module of this package:
 samplers.py (prompts, batches) -> hooks.py (prompt gates, generation hooks, post-scoring hooks,
@@ -45,6 +45,7 @@ import torch
 
 from rlhf.pipeline.ppo import checkpoint, engines, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
+from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
 from rlhf.pipeline.ppo.critic import build_critic
 from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetector
@@ -153,15 +154,18 @@ class PPOTrainer:
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         vocab = max(len(tokenizer), policy.config.vocab_size)
         torch.manual_seed(cfg.seed)  # critic init; every rank starts from the same weights
-        critic = build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
-                              cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
-                              policy_source=policy_path if cfg.critic == "full" else None,
-                              policy_config=policy.config)
-        if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real (attended) token
-            critic.pad_id = None
+        critic = None  # a group estimator (advantages.py) never runs one: none is built
+        if estimator(cfg.advantage_estimator).needs_critic:
+            critic = build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
+                                  cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
+                                  policy_source=policy_path if cfg.critic == "full" else None,
+                                  policy_config=policy.config)
+            if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real token
+                critic.pad_id = None
         # one engine each for policy and critic, the reference an inference one (engines.py)
         self.engines = engines.build(cfg, self.acc, policy, critic, ref_policy, deepspeed_config)
-        self.policy, self.critic = self.engines.policy.module, self.engines.critic.module
+        self.policy = self.engines.policy.module
+        self.critic = self.engines.critic.module if self.engines.critic else None
         self.ref = self.engines.ref
         self.ref.eval()
         self.ref.requires_grad_(False)
@@ -326,7 +330,7 @@ class PPOTrainer:
     def finish(self, last: dict) -> dict:
         self.recorder.close()
         policy, weights = self.engines.policy.model, self.engines.policy.full_state()
-        critic_weights = self.engines.critic.full_state()
+        critic_weights = self.engines.critic.full_state() if self.engines.critic else None
         digest = hashlib.sha256()
         for name, t in sorted(weights.items()):
             digest.update(name.encode())
@@ -337,7 +341,8 @@ class PPOTrainer:
         if self.acc.is_main_process:
             policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
-            torch.save(critic_weights, self.paths.out / "critic.pt")
+            if critic_weights is not None:
+                torch.save(critic_weights, self.paths.out / "critic.pt")
             # the wall-clock figures are in timings.jsonl (wallclock.py), not in the summary
             summary = {"run_id": self.paths.run_id, "steps": last.get("step", 0),
                        "world_size": self.world, "engines": self.engines.described,

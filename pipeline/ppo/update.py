@@ -24,7 +24,8 @@ class Learner:
 
     def __init__(self, cfg, engines, dist, accelerator, kl_ctl, collapse, gradmon, event):
         self.cfg, self.engines = cfg, engines
-        self.policy, self.critic = engines.policy.module, engines.critic.module
+        self.policy = engines.policy.module
+        self.critic = engines.critic.module if engines.critic else None  # None: group estimator
         self.dist, self.acc = dist, accelerator
         self.kl_ctl, self.collapse, self.gradmon, self.event = kl_ctl, collapse, gradmon, event
         self.estimator = estimator(cfg.advantage_estimator)
@@ -126,7 +127,8 @@ class Learner:
         cfg, rank = self.cfg, self.dist.rank
         critic_on = self.estimator.needs_critic
         self.policy.train()
-        self.critic.train()
+        if critic_on:
+            self.critic.train()
         # minibatch order: a function of (seed, step, rank) only, so a resumed run repeats it
         gen = torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 64 + rank)
         sums = {"policy_loss": 0.0, "clip_ratio": 0.0, "approx_kl": 0.0, "critic_loss": 0.0,
