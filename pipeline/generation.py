@@ -260,11 +260,7 @@ def get_generator(name: str) -> Generator:
         return HFGenerator()
     if name == "native":
         return NativeGenerator()
-    if name == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            raise ConfigError("engine 'vllm' needs vLLM, which is not installed (GPU machines "
-                              "only: the `gpu` extra, pip install -e '.[gpu]', plus vllm)") from None
-        raise ConfigError("engine 'vllm' is not built yet; use 'native' or 'hf'")
+    if name == "vllm":  # reserved (docs/engine.md): nothing to install, no extra carries vLLM
+        raise ConfigError("engine 'vllm' is not built yet (installing vLLM does not change "
+                          "that); use 'native' or 'hf'")
     raise ConfigError(f"unknown engine {name!r}; engines: {', '.join(ENGINES)}")
