@@ -362,31 +362,57 @@ def engine_of(rs: list[dict]) -> str:
     return str((rs[0]["features_on"] or {}).get("engine", "hf"))
 
 
+SAME_ENGINE = "engine_native"  # plain PPO on the native engine: the switch arms' reference
+
+
+def _against(runs: dict, curves: dict, i_eq: int, arm: str, ref: str) -> list[str]:
+    """`arm` against `ref`: [gold at equal tokens minus ref's [95 % CI], generation compute /
+    ref's, verdict (economy_stats.verdict)]."""
+    d, lo, hi = st.difference_interval([float(x) for x in curves[ref][:, i_eq]],
+                                       [float(x) for x in curves[arm][:, i_eq]])
+    mine, theirs = generation_compute(runs[arm]), generation_compute(runs[ref])
+    ratio = mine / theirs if mine is not None and theirs else None
+    return [f"{_fmt(d, 3, True)} [{_fmt(lo, 3, True)}, {_fmt(hi, 3, True)}]",
+            "–" if ratio is None else f"{ratio:.2f}", st.verdict(lo, hi, ratio)]
+
+
 def verdict_section(runs: dict, curves: dict, i_eq: int, baseline: str) -> list[str]:
-    """Each arm's verdict against the baseline, from the figures above (economy_stats.verdict):
-    pages quote this table instead of typing a verdict."""
-    base = [float(x) for x in curves[baseline][:, i_eq]]
-    base_c = generation_compute(runs[baseline])
+    """Each arm's verdict, from the figures above (economy_stats.verdict): pages quote this
+    table instead of typing a verdict. A switch arm on the native engine is judged against
+    `engine_native` (the same engine), so its verdict is the switch's and not the engine's;
+    `engine_native` itself and arms on another engine (the TRL peers) against `baseline`. Every
+    arm also gets the headline columns against `baseline` (plain PPO on hf): what the product,
+    engine and switch together, gives."""
+    same = SAME_ENGINE if SAME_ENGINE in runs else None
     rows = []
     for a, rs in runs.items():
         if a == baseline:
             continue
-        d, lo, hi = st.difference_interval(base, [float(x) for x in curves[a][:, i_eq]])
-        mine = generation_compute(rs)
-        ratio = mine / base_c if mine is not None and base_c else None
-        rows.append(f"| {a} | {engine_of(rs)} | {_fmt(d, 3, True)} [{_fmt(lo, 3, True)}, "
-                    f"{_fmt(hi, 3, True)}] | "
-                    f"{'–' if ratio is None else f'{ratio:.2f}'} | "
-                    f"{st.verdict(lo, hi, ratio)} |")
+        ref = same if same and a != same and engine_of(rs) == "native" else baseline
+        # the headline against the baseline; ″ where the verdict's reference is the baseline
+        head = (["″", "″"] if ref == baseline
+                else _against(runs, curves, i_eq, a, baseline)[:2])
+        cells = [a, engine_of(rs), f"`{ref}`", *_against(runs, curves, i_eq, a, ref), *head]
+        rows.append("| " + " | ".join(cells) + " |")
     return ["### Verdicts (generated from the tables above)", "",
-            (f"| arm | engine | gold at equal tokens minus `{baseline}`'s [95 % CI] | generation "
-             f"compute / `{baseline}`'s | verdict |"), "|---|---|---|---|---|", *rows, "",
-            (f"Generation compute: policy token-forwards in generation plus the old-log-prob "
-             f"pass, mean per run. *Saves compute*: gold within `{baseline}`'s interval for at "
+            ("| arm | engine | verdict against | gold at equal tokens minus the reference's "
+             "[95 % CI] | generation compute / the reference's | verdict | headline: gold minus "
+             f"`{baseline}`'s (hf) [95 % CI] | headline: generation compute / `{baseline}`'s |"),
+            "|---|---|---|---|---|---|---|---|", *rows, "",
+            ("Which comparison each column is: the first three figures and the verdict compare "
+             f"the arm with the arm named under *verdict against*: `{SAME_ENGINE}` (plain PPO on "
+             "the native engine) for an arm that samples with the native engine, so the "
+             "verdict is what its switch buys on the same engine and the engine's own saving "
+             f"is not counted as the switch's; `{baseline}` (plain PPO on hf) for "
+             f"`{SAME_ENGINE}` itself (the engine's verdict) and for arms on another engine "
+             "(the TRL peers sample with TRL's own generation). The two *headline* columns "
+             f"compare every arm with `{baseline}` on hf: what the product, engine and switch "
+             "together, gives over plain PPO (″: the same as the verdict's columns). "
+             "Generation compute: policy token-forwards in generation plus the old-log-prob "
+             f"pass, mean per run. *Saves compute*: gold within the reference's interval for at "
              f"most {st.SAVES:g}x its generation compute. The TRL peers count theirs from the "
              "shapes TRL pads a batch to. *Engine*: the rollout engine the arm sampled with "
-             f"(`{baseline}` runs on hf); an arm on native owes its compute ratio mostly to the "
-             "engine (compare it with engine_native), its gold to its switches."), ""]
+             f"(`{baseline}` runs on hf)."), ""]
 
 
 def family_section(runs: dict, curves: dict, i_eq: int, sft_gold: float) -> list[str]:

@@ -261,7 +261,7 @@ def pipeline_page(root: Path) -> str:
 
 
 def verdicts_page(root: Path) -> str:
-    """BENCHMARKS.md's verdict table (what each rollout-economy switch buys against plain PPO),
+    """BENCHMARKS.md's verdict table (what each rollout-economy switch buys),
     with the report's provenance lines: the page docs/ppo.md points at instead of typing one."""
     src = root / "BENCHMARKS.md"
     lines = ["# Verdicts of the rollout-economy benchmark", "",
@@ -274,8 +274,9 @@ def verdicts_page(root: Path) -> str:
     m = re.search(r"^### Verdicts.*?$(.*?)(?=^#{2,3} )", text, re.MULTILINE | re.DOTALL)
     body = m.group(1).strip() if m else "BENCHMARKS.md has no verdict section: run `make bench`."
     return "\n".join([*lines, *_stamp(root, src), *prov, "",
-                      ("Each arm against plain PPO at equal generated tokens, three seeds each "
-                       "(bootstrap interval); how to read it: [../benchmarks.md](../benchmarks.md)."),
+                      ("Each arm at equal generated tokens, three seeds each (bootstrap "
+                       "interval), against the arm its columns name (the table's header and "
+                       "footnote); how to read it: [../benchmarks.md](../benchmarks.md)."),
                       "", body, ""])
 
 

@@ -262,17 +262,32 @@ def test_the_driver_guards_an_item_by_its_code_and_params_not_its_artifacts():
 
 
 def test_verdicts_come_from_the_curves_and_the_counts():
-    def runs(gain, forwards):
-        return [{"cost": {"gen_token_forwards": forwards, "logprob_token_forwards": forwards}}
-                for _ in gain]
+    def runs(gain, forwards, engine="native", trainer="ppo"):
+        return [{"cost": {"gen_token_forwards": forwards, "logprob_token_forwards": forwards},
+                 "trainer": trainer, "features_on": {"engine": engine}} for _ in gain]
 
     import numpy as np
 
     base, cheap, worse = [0.19, 0.2, 0.21], [0.2, 0.19, 0.21], [0.05, 0.06, 0.07]
-    curves = {a: np.array([[g] for g in v]) for a, v in
-              (("plain", base), ("engine_native", cheap), ("pruning", worse))}
-    text = "\n".join(economy_report.verdict_section(
-        {"plain": runs(base, 100), "engine_native": runs(cheap, 40), "pruning": runs(worse, 80)},
-        curves, 0, "plain"))
-    assert "| engine_native |" in text and "0.40" in text and "saves compute" in text
-    assert "| pruning |" in text and "costs gold" in text and "| plain |" not in text
+    arms = {"plain": (base, runs(base, 100, "hf")), "engine_native": (cheap, runs(cheap, 40)),
+            "pruning": (worse, runs(worse, 40)), "scheduler": (base, runs(base, 40)),
+            "spec_model": (cheap, runs(cheap, 30)), "grpo": (base, runs(base, 96, "trl", "grpo"))}
+    curves = {a: np.array([[g] for g in gold]) for a, (gold, _) in arms.items()}
+    text = "\n".join(economy_report.verdict_section({a: r for a, (_, r) in arms.items()},
+                                                    curves, 0, "plain"))
+    row = {c[0]: c for c in (ln.strip("| ").split(" | ") for ln in text.splitlines()
+                               if ln.startswith("| ") and " | `" in ln)}
+    assert set(row) == {"engine_native", "pruning", "scheduler", "spec_model", "grpo"}
+    # the engine is judged against plain PPO on hf, and saves compute there
+    assert row["engine_native"][2:5] == ["`plain`", row["engine_native"][3], "0.40"]
+    assert row["engine_native"][5].endswith("saves compute") and row["engine_native"][6] == "″"
+    # a switch on the native engine against engine_native: the engine's 0.40 is not its saving
+    # (it was once labelled "saves compute" against plain on hf)
+    assert row["scheduler"][2] == "`engine_native`" and row["scheduler"][4] == "1.00"
+    assert row["scheduler"][5].startswith("same gold, no saving")
+    assert row["scheduler"][7] == "0.40"  # the headline column: against plain on hf
+    assert row["spec_model"][4] == "0.75" and row["spec_model"][5].endswith("saves compute")
+    assert row["pruning"][5].startswith("costs gold") and row["pruning"][7] == "0.40"
+    # TRL's own generation has no same-engine reference: against plain
+    assert row["grpo"][1:3] == ["trl", "`plain`"] and row["grpo"][4] == "0.96"
+    assert "verdict against" in text and "headline: gold minus `plain`'s (hf)" in text
