@@ -4,8 +4,8 @@
     .ci/lock_fresh.py [dvc.yaml ...]     # default: dvc.yaml (what `make run` builds)
 
 Parses `dvc status --json <target>`. On a clean clone the pipeline's outputs are absent, so an
-output that is missing ("deleted", "not in cache") and a dependency that is itself a missing
-output (a path git does not track) are allowed. Anything else fails with one line per problem:
+output that is missing ("deleted", "not in cache") and a missing dependency that git does not
+track (another stage's output, or ../shared/realdata on a clone without it beside) are allowed. Anything else fails with one line per problem:
 a changed or new dependency (code, data), a changed param, a changed command, a modified output
 (a committed metrics file that the lock's hash does not match), a stage never locked.
 """
@@ -21,7 +21,12 @@ MISSING = {"deleted", "not in cache"}
 
 
 def tracked(path: str) -> bool:
-    """Whether git tracks `path` (a file, or any file under a folder)."""
+    """Whether git tracks `path` (a file, or any file under a folder). A path outside the
+    repository (../shared/realdata, which DVC reports absolute) is never tracked."""
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    if not Path(path).resolve().is_relative_to(Path(root).resolve()):
+        return False
     out = subprocess.run(["git", "ls-files", "--", path], capture_output=True, text=True,
                          check=True).stdout
     return bool(out.strip())

@@ -125,8 +125,8 @@ def preferences(
     demos: Path | None = typer.Option(None, "--demos",
                                       help="Without a pool: use the demonstrations' prompts."),
     realdata: Path | None = typer.Option(None, "--realdata",
-                                         help="Real-data folder (hh-rlhf, OpenAssistant); "
-                                              "skipped when absent."),
+                                         help="Real-data folder (hh-rlhf, OpenAssistant); an "
+                                              "error when absent (omit it: none read)."),
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -146,10 +146,13 @@ def preferences(
         fail("give --pool or --demos")
     if pool is not None and not pool.is_dir() and demos is None:
         fail(f"--pool {pool} is not a folder (give --demos to use the demonstrations' prompts)")
-    if realdata is not None and not realdata.is_dir():
-        console.print(plain(f"real-data folder {realdata} absent: no external rankings",
-                            "yellow"))
-        realdata = None
+    if realdata is not None:  # declared in dvc.yaml: absent is an error, not other bytes
+        from rlhf.pipeline.preferences.external import missing_files
+
+        if missing := missing_files(realdata, cfg):
+            fail(f"--realdata {realdata}: {missing[0].name} not found there (the hh-rlhf and "
+                 "OpenAssistant rankings this stage reads: docs/stages.md); omit --realdata to "
+                 "build the table without them")
     t0 = time.perf_counter()
     try:
         m = run(cfg, policy, out, pool, demos, realdata)

@@ -18,6 +18,16 @@ def test_clean_clone_missing_outputs_pass(monkeypatch):
     assert lock_fresh.problems(status) == []
 
 
+def test_real_data_beside_the_clone_missing_passes_changed_fails(monkeypatch):
+    """../shared/realdata is a dependency of `preferences` that git does not track (DVC reports
+    it absolute): absent on a clone without it beside, allowed; other bytes, a stale lock."""
+    monkeypatch.chdir(ROOT)
+    hh = str(ROOT.parent / "shared" / "realdata" / "hh-rlhf__harmless-base_test.jsonl.gz")
+    assert lock_fresh.problems({"preferences": [{"changed deps": {hh: "deleted"}}]}) == []
+    assert lock_fresh.problems({"preferences": [{"changed deps": {hh: "modified"}}]}) == [
+        f"preferences: dep {hh} modified"]
+
+
 def test_changed_code_params_and_command_fail(monkeypatch):
     monkeypatch.chdir(ROOT)
     status = {"sft": [{"changed deps": {"pipeline/sft.py": "modified",

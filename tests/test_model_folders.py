@@ -273,6 +273,18 @@ def _commands(models, tmp_path):
     }
 
 
+def test_preferences_with_a_real_data_folder_lacking_its_files_is_one_error(models, tmp_path):
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text(json.dumps({"prompt": "hi", "response": "hello"}) + "\n")
+    result = CliRunner().invoke(app, [
+        "preferences", "--policy", str(models["policy"]), "--demos", str(demos), "--out",
+        str(tmp_path / "o"), "--realdata", str(tmp_path / "nowhere")], env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert (f"--realdata {tmp_path / 'nowhere'}: hh-rlhf__harmless-base_test.jsonl.gz not found"
+            in result.output)
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_broken_reward_backbone_folder_is_named(models, tmp_path):
     backbone = _copy(models["policy"], tmp_path / "backbone")
     _truncate(backbone / "model.safetensors")

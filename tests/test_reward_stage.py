@@ -41,6 +41,39 @@ def test_external_readers(realdata):
     assert {p["split"] for p in pairs} == {"train", "heldout"}
 
 
+def test_external_rows_refuse_a_folder_without_the_files(tmp_path):
+    """Once read when present and skipped when absent, so a checkout without ../shared/realdata
+    wrote other bytes under the same lock."""
+    from rlhf.pipeline.preferences import PreferencesConfig, external_rows
+    from rlhf.pipeline.preferences.external import HH_FILE, OASST_FILE, missing_files
+
+    cfg = PreferencesConfig()
+    with pytest.raises(FileNotFoundError, match=HH_FILE):
+        external_rows(tmp_path / "nowhere", cfg)
+    (tmp_path / HH_FILE).write_bytes(b"")
+    assert missing_files(tmp_path, cfg) == [tmp_path / OASST_FILE]
+    assert missing_files(tmp_path, dataclasses.replace(cfg, include_oasst=False)) == []
+
+
+def test_the_preferences_stage_declares_the_real_data_it_reads(repo):
+    """Every file `--realdata` makes the stage read (params.yaml's preferences) is a dvc.yaml
+    dependency, so DVC sees it change or go missing."""
+    import shlex
+
+    import yaml
+    from rlhf.pipeline.config import build
+    from rlhf.pipeline.preferences import PreferencesConfig
+    from rlhf.pipeline.preferences.external import external_files
+
+    stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["preferences"]
+    cmd = shlex.split(stage["cmd"])
+    folder = cmd[cmd.index("--realdata") + 1]
+    params = yaml.safe_load((repo / "params.yaml").read_text())["preferences"]
+    cfg = build(PreferencesConfig, params, "preferences")
+    wanted = [str(p) for p in external_files(folder, cfg)]
+    assert wanted and set(wanted) <= set(stage["deps"])
+
+
 @pytest.mark.slow
 def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     import torch

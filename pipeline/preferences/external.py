@@ -1,6 +1,14 @@
 """External human rankings in the real-data folder: hh-rlhf chosen/rejected pairs and
 OpenAssistant ranked sibling replies (each reader yields (group key, prompt, [responses best
-first])), as `preferences` rows."""
+first])), as `preferences` rows.
+
+The folder is an input like any other: dvc.yaml declares the files `external_files` names as
+the preferences stage's dependencies, and a folder given without them is an error, never a
+silent "no external rankings" (docs/stages.md).
+
+    python -c "from rlhf.pipeline.preferences.external import external_rows as e; \
+from rlhf.pipeline.preferences import PreferencesConfig as C; print(e('../shared/realdata', C())[1])"
+"""
 
 from __future__ import annotations
 
@@ -67,18 +75,31 @@ def read_oasst_groups(path: str | Path) -> Iterable[tuple[str, str, list[str]]]:
                 yield from walk(tree["prompt"], "")
 
 
+def external_files(realdata: str | Path, cfg: PreferencesConfig) -> list[Path]:
+    """The files of `realdata` that `external_rows` reads under `cfg` (hh-rlhf, and
+    OpenAssistant with `include_oasst`): the stage's dependencies in dvc.yaml."""
+    realdata = Path(realdata)
+    return [realdata / HH_FILE] + ([realdata / OASST_FILE] if cfg.include_oasst else [])
+
+
+def missing_files(realdata: str | Path, cfg: PreferencesConfig) -> list[Path]:
+    """The files `external_rows` needs that `realdata` lacks (all of them without the folder)."""
+    return [p for p in external_files(realdata, cfg) if not p.is_file()]
+
+
 def external_rows(realdata: str | Path, cfg: PreferencesConfig) -> tuple[list[dict], dict]:
-    """`preferences` rows of the external rankings found in `realdata` (none if absent)."""
+    """`preferences` rows of the external rankings in `realdata`; FileNotFoundError naming the
+    first file it lacks."""
     realdata = Path(realdata)
     rows: list[dict] = []
     counts: dict[str, int] = {}
+    if missing := missing_files(realdata, cfg):
+        raise FileNotFoundError(f"{missing[0]}: not found (the real-data folder {realdata} "
+                                "lacks it)")
     sources = [("hh-rlhf", realdata / HH_FILE, read_hh_pairs, cfg.hh_max_pairs)]
     if cfg.include_oasst:
         sources.append(("oasst", realdata / OASST_FILE, read_oasst_groups, 0))
     for source, path, reader, cap in sources:
-        if not path.is_file():
-            counts[source] = 0
-            continue
         n = 0
         for key, prompt, ranked in reader(path):
             if cap and n >= cap:
