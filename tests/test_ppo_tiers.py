@@ -284,6 +284,43 @@ def test_a_refresh_fine_tunes_and_hot_swaps_the_light_rm(tmp_path, rm_world):
     assert min(r["from_step"] for r in light_rows if r["rm_version"] != base) == 2
 
 
+def test_a_collapse_the_detector_finds_refreshes_the_light_rm(tmp_path, rm_world):
+    """No flag set by hand: the trainer's reward-collapse detector (seed 000 §5.1) trips on the
+    light RM's own statistics and the RM evolution refreshes at the next step. Thresholds just
+    above 0 make any step whose reward mean falls while its spread rises a collapse; Spearman
+    checks are due only every 1,000 steps, so every check here is a refresh."""
+    light = load_scorer(rm_world["reward"], "light_rm")
+    strong = load_scorer(rm_world["strong_reward"], "strong_rm")
+    t = _trainer(tmp_path, light, strong, total_steps=8, rm_evolve_on=True,
+                 rm_check_every=1000, rm_check_samples=8, rm_finetune_lr=0.01,
+                 collapse_detector_on=True, collapse_mean_drop=1e-6, collapse_std_rise=1e-6)
+    evo = next(h for h in t.hooks.all() if h.name == "rm_evolution")
+    base = light.version
+    t.train()
+    run = tmp_path / "run"
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    kind = [e.get("kind", e.get("event")) for e in events]
+    tripped = [m["step"] for m in metrics if m["rm_refresh"]]
+    assert tripped and tripped[0] < 8, "the detector never tripped: pick other thresholds"
+    s = tripped[0]
+    # the detector's own reading: the valid rows' reward mean fell and their spread rose
+    rows = _rows(tmp_path)
+    stats = [(np.mean(v), np.std(v, ddof=1)) for v in (
+        [r["reward"] for r in rows if r["step"] == k and r["reward"] is not None]
+        for k in (s - 1, s))]
+    assert stats[1][0] < stats[0][0] and stats[1][1] > stats[0][1]
+    refresh = next(e for e, k in zip(events, kind) if k == "rm_refresh")
+    assert refresh["step"] == s and refresh["reward_mean"] == pytest.approx(stats[1][0], abs=1e-5)
+    # the refresh at the next step: a check that fine-tuned and hot-swapped the light RM
+    first = evo.checks[0]
+    assert first["step"] == s + 1 and first["refresh_request"] and first["swapped"]
+    swap = next(e for e, k in zip(events, kind) if k == "rm_swap")
+    assert swap["step"] == s + 1 and swap["reason"] == "rm_refresh"
+    assert evo.swaps == len(evo.checks) and light.version != base
+    assert all(c["refresh_request"] for c in evo.checks)  # no scheduled check was due
+
+
 def test_annotators_label_every_check_sample(tmp_path, rm_world):
     from rlhf.pipeline.preferences import PreferencesConfig
 
