@@ -5,9 +5,10 @@
 
 Parses `dvc status --json <target>`. On a clean clone the pipeline's outputs are absent, so an
 output that is missing ("deleted", "not in cache") and a missing dependency that git does not
-track (another stage's output, or ../shared/realdata on a clone without it beside) are allowed. Anything else fails with one line per problem:
-a changed or new dependency (code, data), a changed param, a changed command, a modified output
-(a committed metrics file that the lock's hash does not match), a stage never locked.
+track (another stage's output, or ../shared/realdata on a clone without it beside) are allowed.
+Anything else fails with one line per problem: a changed or new dependency (code, data), a
+changed param, a changed command, a modified output (a committed metrics file that the lock's
+hash does not match), a stage never locked.
 """
 
 from __future__ import annotations

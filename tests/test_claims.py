@@ -54,7 +54,7 @@ def test_gate_docstrings_say_what_the_gate_does(repo):
     from rlhf.pipeline.reward import confidence, scorer
 
     params = (repo / "params.yaml").read_text()
-    assert re.search(r"^\s+rm_gate_mask_on: false\b", params, re.M)  # "the default"
+    assert re.search(r"^\s+rm_gate_mask_on: false\b", params, re.MULTILINE)  # "the default"
     for module in (scorer, confidence):
         doc = " ".join(module.__doc__.split())
         assert "not implemented" not in doc, module.__name__

@@ -6,8 +6,8 @@ The folder is an input like any other: dvc.yaml declares the files `external_fil
 the preferences stage's dependencies, and a folder given without them is an error, never a
 silent "no external rankings" (docs/stages.md).
 
-    python -c "from rlhf.pipeline.preferences.external import external_rows as e; \
-from rlhf.pipeline.preferences import PreferencesConfig as C; print(e('../shared/realdata', C())[1])"
+    python -c "from rlhf.pipeline.preferences import PreferencesConfig as C, external_rows as e; \
+print(e('../shared/realdata', C())[1])"
 """
 
 from __future__ import annotations
