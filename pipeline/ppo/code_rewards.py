@@ -58,7 +58,7 @@ class RewardError(ValueError):
 
 
 def kind(spec: str | Path) -> str:
-    """"python", "http" or "folder": which of the three `--reward` kinds `spec` is."""
+    """Which of the three `--reward` kinds `spec` is: python, http or folder."""
     text = str(spec)
     if text.startswith(PYTHON):
         return "python"
@@ -161,8 +161,8 @@ def checked(out, n: int, who: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _is_number(x) -> bool:
-    return isinstance(x, numbers.Real) or (torch.is_tensor(x) and x.dim() == 0) or (
-        hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "shape", None) == ())
+    """A Python or numpy real, or a 0-d tensor / array."""
+    return isinstance(x, numbers.Real) or getattr(x, "shape", None) in ((), torch.Size([]))
 
 
 def _rows(out, n: int, who: str, what: str) -> list:

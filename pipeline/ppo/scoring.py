@@ -257,7 +257,8 @@ def load_scorer(path: str | Path, name: str = "light_rm"):
 @torch.no_grad()
 def score_level1(scorer, r, cost, device) -> None:
     """Level 1 of the scoring tiers: light-RM scores and confidences of every valid row into
-    `r.level1_*` and `r.scores` (a fallback row earns none); its calls go to `cost`."""
+    `r.level1_*` and `r.scores` (a fallback row earns none, nor a row a reward function
+    declines: `mark_unscored`); its calls go to `cost`."""
     from rlhf.pipeline.ppo.accounting import rm_tokens
 
     r.level1_scores = torch.zeros(len(r), dtype=torch.float32, device=device)
