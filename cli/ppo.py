@@ -79,6 +79,8 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
 
     try:  # a reward that is code or a server, with a feature that reads an RM's insides
         code_rewards.check_features(cfg, reward)
+        if code_rewards.kind(reward) == "python":  # a typo fails now, not after the models load
+            code_rewards.load_function(reward)
     except ValueError as exc:
         fail(str(exc))
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it

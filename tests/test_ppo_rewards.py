@@ -321,3 +321,9 @@ def test_rlhf_ppo_stops_with_one_line_on_a_bad_reward(tmp_path):
     assert "error: --reward python:rlhf.pipeline.reward.rules.arithmetic:score: " \
            "ppo.escalate_below (escalation) needs" in res.output
     assert not (tmp_path / "esc" / "run").exists()
+    # a spec whose file is missing: refused before the models load
+    spec = f"python:{tmp_path / 'missing.py'}:f"
+    res = _ppo(tmp_path / "typo", world, spec)
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    assert f"error: --reward {spec}: no such file {tmp_path / 'missing.py'}" in res.output
+    assert not (tmp_path / "typo" / "run").exists()

@@ -27,6 +27,7 @@ print(s.score(['What is 3 + 4?'], ['7']))"
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -89,9 +90,11 @@ def load(spec: str | Path):
     return FunctionScorer(*load_function(spec), spec=spec)
 
 
+@functools.cache
 def load_function(spec: str):
     """(function, version) of `python:target:function`; version: `spec@` the first 16 hex digits
-    of the sha256 of the source file (a module without a file: the spec alone)."""
+    of the sha256 of the source file (a module without a file: the spec alone). Loaded once a
+    process: `rlhf ppo` loads it before the models to fail fast, the trainer then gets the same."""
     target, sep, name = spec[len(PYTHON):].rpartition(":")
     if not sep or not target or not name.isidentifier():
         raise RewardError(f"--reward {spec}: expected python:path/to/file.py:function or "
