@@ -1,4 +1,5 @@
-"""`rlhf ppo`: train the policy with PPO against a reward model (pipeline/ppo/trainer.py).
+"""`rlhf ppo`: train the policy with PPO against a reward model, a reward function or a reward
+server (pipeline/ppo/trainer.py; the three `--reward` kinds: pipeline/ppo/code_rewards.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
         --strong-reward artifacts/models/rm_strong \
@@ -21,7 +22,10 @@ from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_
 
 
 def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
-        reward: Path = typer.Option(..., help="Reward model (AutoModelForSequenceClassification)."),
+        reward: str = typer.Option(
+            ..., help="Reward: a reward model folder (AutoModelForSequenceClassification), a "
+                      "function python:path/to/file.py:function (or python:package.module:"
+                      "function), or a reward server http://host:port/path (docs/ppo.md)."),
         prompts: Path = typer.Option(..., help="`pool` table folder (split ppo) or a JSONL file."),
         out: Path = typer.Option(..., help="Run folder: checkpoints, logs, final policy."),
         rollouts: Path = typer.Option(..., help="The `rollouts` table folder."),
@@ -71,10 +75,18 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
     from rlhf.pipeline import model_folders as mf
+    from rlhf.pipeline.ppo import code_rewards
 
+    try:  # a reward that is code or a server, with a feature that reads an RM's insides
+        code_rewards.check_features(cfg, reward)
+        if code_rewards.kind(reward) == "python":  # a typo fails now, not after the models load
+            code_rewards.load_function(reward)
+    except ValueError as exc:
+        fail(str(exc))
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
         mf.check_policy(policy, "--policy")
-        mf.check_scorer(reward, "--reward", plain_allowed=True)
+        if code_rewards.kind(reward) == "folder":
+            mf.check_scorer(Path(reward), "--reward", plain_allowed=True)
         if inputs.get("strong_reward") is not None:
             mf.check_scorer(inputs["strong_reward"], "--strong-reward", plain_allowed=True)
         if resume:

@@ -168,7 +168,8 @@ TABLES: dict[str, pa.Schema] = {
         # (which alone cost ~34 bytes a row; rm_scores and human_labels keep the full hash)
         pa.field("response_key", pa.int64(), nullable=False),
         pa.field("reward", pa.float32()),  # final scalar reward fed to PPO (null: skipped)
-        pa.field("scorer", pa.string(), nullable=False),  # light_rm / strong_rm / reused / fallback
+        # light_rm / strong_rm / reused / fallback / unscored (a reward function declined it)
+        pa.field("scorer", pa.string(), nullable=False),
         pa.field("tier", pa.int8(), nullable=False),  # 0 probe, 1 policy + light RM, 2 escalated
         pa.field("prompt_tokens", pa.int32(), nullable=False),
         pa.field("response_tokens", pa.int32(), nullable=False),
@@ -189,7 +190,8 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("prompt_text", pa.string()),  # debug rollout mode only
         pa.field("response_text", pa.string()),  # debug rollout mode only
         # version of the RM whose score is `reward` (light RM, evolved light RM `<hash>+e<k>-..`,
-        # or the strong RM for tier 2); null for a fallback and in rows written before the tiers existed
+        # or the strong RM for tier 2; a reward function's `python:...@<hash>`, a reward server's
+        # URL); null for a fallback and in rows written before the tiers existed
         pa.field("rm_version", pa.string()),
         doc="Rollout provenance: one row per generated response.",
     ),
@@ -252,7 +254,8 @@ TABLES: dict[str, pa.Schema] = {
         pa.field("prompt_id", pa.string(), nullable=False),
         pa.field("response_hash", pa.string(), nullable=False),
         pa.field("rm_name", pa.string(), nullable=False),  # strong_rm / light_rm / ensemble member
-        pa.field("rm_version", pa.string(), nullable=False),  # hashing.tree_hash of the RM folder
+        # hashing.tree_hash of the RM folder (a reward function's or server's spec: code_rewards.py)
+        pa.field("rm_version", pa.string(), nullable=False),
         pa.field("score", pa.float32(), nullable=False),
         pa.field("confidence", pa.float32(), nullable=False),  # 1 - H2(calibrated BT probability)
         pa.field("escalated", pa.bool_(), nullable=False),  # the rollout went to Level 2 (both rows)

@@ -14,11 +14,12 @@ PROMPTS = ["tell me about the cat", "describe the dog", "explain why the sun is 
            "tell me why the dog is sad", "how big is the moon", "describe the slow cat"]
 
 
-def tokenizer():
+def tokenizer(words: tuple[str, ...] = WORDS):
+    """A word-level tokenizer of `words` (and "...") with [PAD] [UNK] [BOS] [EOS]."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[BOS]", "[EOS]", *WORDS, "..."])}
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[BOS]", "[EOS]", *words, "..."])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",

@@ -245,6 +245,7 @@ class Recorder:
             "reward": float(r.scores[i]) if bool(r.valid[i]) else None,
             "scorer": ("gated" if "gated" in r.flags[i]
                        else "pruned" if not bool(r.valid[i]) and "pruned" in r.flags[i]
+                       else "unscored" if "unscored" in r.flags[i]  # the reward declined it
                        else "fallback" if not bool(r.valid[i])
                        else "failure" if "pruned" in r.flags[i]
                        and self.cfg.prune_treatment == "failure"
@@ -258,10 +259,11 @@ class Recorder:
             "flags": r.flags[i], "created_at": now,
             # the policy that generated the row (a replayed row: an earlier one)
             "checkpoint_id": versions[i] or r.policy_version,
-            # the RM (and its version: RM evolution swaps it) whose score this row's reward is
+            # the RM (and its version: RM evolution swaps it; a reward function's or server's
+            # spec) whose score this row's reward is, or that declined to score it
             "rm_version": (strong_version if bool(r.escalated[i])
                            else light_version if bool(r.valid[i]) or "gated" in r.flags[i]
-                           else None),
+                           or "unscored" in r.flags[i] else None),
             "prompt_text": r.prompts[i] if debug else None,
             "response_text": r.responses[i] if debug else None,
         } for i in range(len(r))]

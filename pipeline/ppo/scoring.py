@@ -1,7 +1,8 @@
 """The scorer interface PPO reads rewards from, and its adapter for a transformers RM.
 
 A scorer is any object with `score(prompts, responses) -> (rewards [B], confidence [B])`
-(tensors or sequences of floats). It may also offer `token_scores(prompts, responses, n_tokens)
+(tensors or sequences of floats), or `(rewards, confidence, valid [B] bool)` when it may decline
+to score a row (a reward function or server: code_rewards.py; a declined row earns nothing). It may also offer `token_scores(prompts, responses, n_tokens)
 -> list[(prompt_score, [score after each response token])]`, the per-position RM attribution
 the light critic's reward-aware attention uses (seed 000 §3.2; see critic.py): prefix scores of
 a decoder RM, gradient x input attributions of an encoder RM. The reward stage builds the light
@@ -9,7 +10,7 @@ RM; `HFScorer` wraps any AutoModelForSequenceClassification checkpoint.
 
 What the `rm_scores` table records of a scorer (`scorer_identity`): its `name` (light_rm,
 strong_rm, ...), its `version` (`store.hashing.tree_hash` of the folder it was loaded from,
-computed once by `load_scorer`) and its `gate`, the confidence below which a score is queued for
+computed once by `load_scorer`; a reward function's or server's spec, code_rewards.py) and its `gate`, the confidence below which a score is queued for
 RM fine-tuning (seed 000 §3.4: the reward stage's scorer.json, else 0.6).
 
     python -c "from rlhf.pipeline.ppo.scoring import HFScorer; s = HFScorer.load('artifacts/models/rm_light'); print(s.score(['hi'], ['hello']))"
@@ -229,9 +230,16 @@ class RewardStageScorer:
 def load_scorer(path: str | Path, name: str = "light_rm"):
     """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
     `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint; named
-    `name` and versioned by the folder's content hash (the `rm_scores` table records both)."""
+    `name` and versioned by the folder's content hash (the `rm_scores` table records both).
+    `path` may also be a reward function (`python:file.py:function`) or a reward server
+    (`http://host:port/path`), versioned by its spec (code_rewards.py)."""
+    from rlhf.pipeline.ppo import code_rewards
     from rlhf.store.hashing import tree_hash
 
+    if code_rewards.kind(path) != "folder":
+        scorer = code_rewards.load(path)
+        scorer.name = name
+        return scorer
     path = Path(path)
     if (path / "scorer.json").is_file():
         from rlhf.pipeline.reward import load_scorer as reward_loader
@@ -249,7 +257,8 @@ def load_scorer(path: str | Path, name: str = "light_rm"):
 @torch.no_grad()
 def score_level1(scorer, r, cost, device) -> None:
     """Level 1 of the scoring tiers: light-RM scores and confidences of every valid row into
-    `r.level1_*` and `r.scores` (a fallback row earns none); its calls go to `cost`."""
+    `r.level1_*` and `r.scores` (a fallback row earns none, nor a row a reward function
+    declines: `mark_unscored`); its calls go to `cost`."""
     from rlhf.pipeline.ppo.accounting import rm_tokens
 
     r.level1_scores = torch.zeros(len(r), dtype=torch.float32, device=device)
@@ -257,9 +266,20 @@ def score_level1(scorer, r, cost, device) -> None:
     ok = r.valid.nonzero().flatten().tolist()
     if ok:
         prompts, resps = [r.prompts[i] for i in ok], [r.responses[i] for i in ok]
-        scores, conf = scorer.score(prompts, resps)
+        scores, conf, *valid = scorer.score(prompts, resps)
         cost.add_rm("light", len(ok), rm_tokens(scorer, prompts, resps))
         r.level1_scores[ok] = torch.as_tensor(scores, dtype=torch.float32, device=device)
         r.level1_confidence[ok] = torch.as_tensor(conf, dtype=torch.float32, device=device)
+        if valid:
+            mark_unscored(r, ok, valid[0])
     r.scores, r.confidence = r.level1_scores.clone(), r.level1_confidence.clone()
     r.escalated = torch.zeros(len(r), dtype=torch.bool, device=device)
+
+
+def mark_unscored(r, rows: list[int], valid) -> None:
+    """The rows of `rows` a reward declined to score (`valid` False, one a row: a reward function
+    or server, code_rewards.py): they earn no score and leave the update, flagged "unscored"."""
+    for i, scored in zip(rows, valid.tolist()):
+        if not scored:
+            r.valid[i] = False
+            r.flags[i] = r.flags[i] + ["unscored"]

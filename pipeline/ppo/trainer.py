@@ -391,6 +391,9 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         tables: dict | None = None, params: str | Path | None = None, probe=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
+    `reward_path`: an RM folder, or a reward function or server spec (`python:file.py:function`,
+    `http://host:port/path`: code_rewards.py).
+
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
     over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs.
     `rm_scores` / `train_metrics` / `checkpoint_table`: those tables' folders. `inputs`: {input
@@ -404,8 +407,10 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.policy import set_threads
+    from rlhf.pipeline.ppo.code_rewards import check_features
     from rlhf.pipeline.ppo.scoring import load_scorer
 
+    check_features(cfg, reward_path)  # a reward that is code: no feature reads an RM's insides
     set_threads()  # $RLHF_TORCH_THREADS, like every stage (policy.set_threads)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)

@@ -338,7 +338,7 @@ class Resample(HookBase):
                         "cut": cuts[k], "old_tokens": len(old[k])}
         replace_rows(r, tok, rows, [p + c for p, c in zip(prefixes, cont)])
         new_texts = [r.responses[i] for i in rows]
-        s, c = scorer.score(prompts, new_texts)
+        s, c, *valid = scorer.score(prompts, new_texts)
         cost.add_rm("light", len(rows), rm_tokens(scorer, prompts, new_texts))
         dev = r.scores.device
         s = torch.as_tensor(s, dtype=torch.float32, device=dev)
@@ -354,6 +354,10 @@ class Resample(HookBase):
             r.flags[i] = [f for f in r.flags[i] if f != "no_eos"] + (
                 ["resampled"] if ended else ["resampled", "no_eos"])
         r.extras["first_draw"] = first
+        if valid:  # a reward function that declined a regenerated response
+            from rlhf.pipeline.ppo.scoring import mark_unscored
+
+            mark_unscored(r, rows, valid[0])
 
     def state_dict(self) -> dict:
         return {}
