@@ -29,7 +29,7 @@ PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow",
 class TrackingConfig:
     """params.yaml `tracking`: where sft, reward and ppo report their metrics."""
 
-    report_to: tuple[str, ...] = ("tensorboard",)  # any of PACKAGES; [] or [none]: no tracker
+    report_to: tuple[str, ...] = ("tensorboard",)  # tensorboard, wandb, mlflow, trackio; [none]: none
     project: str = "rlhf-pipeline"  # the wandb / trackio project, the MLflow experiment
 
     def __post_init__(self):
