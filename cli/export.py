@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import typer
-
 from rlhf.cli.common import HEADLINES, fail, headline
 
 

@@ -125,9 +125,9 @@ def model_card(name: str, checkpoint: Path, src: Source, merged: bool,
     lines = ["---", "library_name: transformers",
              f"tags: [rlhf{', ' + run['stage'] if run.get('stage') else ''}]", "---", "",
              f"# {name}", "",
-             f"Exported by `rlhf export` from `{checkpoint}` ({src.kind.replace('_', ' ')}"
-             f"{', adapters merged' if merged else ''}). Load it with "
-             f"`AutoModelForCausalLM.from_pretrained(\"{name}\")`.", "", "## Run", ""]
+             (f"Exported by `rlhf export` from `{checkpoint}` ({src.kind.replace('_', ' ')}"
+              f"{', adapters merged' if merged else ''}). Load it with "
+              f"`AutoModelForCausalLM.from_pretrained(\"{name}\")`."), "", "## Run", ""]
     lines += [f"- {k.replace('_', ' ')}: `{v}`" for k, v in run.items() if v is not None]
     if not run:
         lines.append("- no run records found beside the checkpoint")
@@ -140,9 +140,9 @@ def model_card(name: str, checkpoint: Path, src: Source, merged: bool,
         lines.append("No dvc.lock stage writes this checkpoint: its data hashes are unknown.")
     lines += ["", "## Figures", ""]
     if figures:
-        lines += ["The run's headline figures, from its report: at the run's end, not at this "
-                  "checkpoint's step where they differ (held-out figures where the stage "
-                  "measures them).", "",
+        lines += [("The run's headline figures, from its report: at the run's end, not at "
+                   "this checkpoint's step where they differ (held-out figures where the stage "
+                   "measures them)."), "",
                   "| figure | value |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in figures.items()]
     else:

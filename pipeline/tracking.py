@@ -137,8 +137,7 @@ def start(cfg: TrackingConfig, stage: str, folder: str | Path, params: dict[str,
     if not main or not cfg.trackers:
         return Trackers([])
     check_installed(cfg)
-    from accelerate.tracking import (MLflowTracker, TensorBoardTracker, TrackioTracker,
-                                     WandBTracker)
+    from accelerate.tracking import MLflowTracker, TensorBoardTracker, TrackioTracker, WandBTracker
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ppo_tiny
 import pytest
 import torch
 import yaml
 from rlhf.cli.app import app
 from typer.testing import CliRunner
-
-import ppo_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()

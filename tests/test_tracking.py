@@ -11,14 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ppo_tiny
 import pytest
-import wandb  # the real tracker the tests report to: a missing package fails here, loudly
+import wandb  # noqa: F401  (the real tracker the tests use: a missing package fails here)
 from rlhf.cli.app import app
 from rlhf.pipeline.tracking import TrackingConfig
 from tiny_world import toy_gold, write_demonstrations, write_model_config, write_tokenizer
 from typer.testing import CliRunner
-
-import ppo_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 TRACKED = TrackingConfig(report_to=("tensorboard", "wandb"), project="rlhf-test")
