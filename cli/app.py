@@ -15,6 +15,7 @@ from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli import eval as eval_cmd
+from rlhf.cli import export as export_cmd
 from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli import route as route_cmd
 from rlhf.cli.common import fail
@@ -76,6 +77,7 @@ app.command("difficulty")(stages_rm.difficulty)
 app.command("route")(route_cmd.route)
 app.command("demos")(stages_rm.demos)
 app.command("judge")(stages_rm.judge)
+app.command("export")(export_cmd.export)
 
 
 def main() -> None:

@@ -114,6 +114,19 @@ def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
         fail(str(exc))
 
 
+def tracking_or_fail(params: Path) -> Any:
+    """The params file's `tracking:` section (pipeline/tracking.py), every tracker it names
+    installed; a tracker that is not is one error line naming its pip package."""
+    from rlhf.pipeline.tracking import check_installed
+
+    cfg = load_config(params, "tracking")
+    try:
+        check_installed(cfg)
+    except ValueError as exc:
+        fail(str(exc))
+    return cfg
+
+
 # What each stage's metrics file (artifacts/metrics/<stage>.json, `dvc metrics show`) holds: the
 # few figures a user compares between experiments, as dotted paths into the stage's report.
 # Everything else goes to the report file (artifacts/reports/<stage>.json). A figure a run did

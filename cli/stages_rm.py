@@ -22,7 +22,8 @@ from typing import Any
 import typer
 from rich.console import Console
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
-                              judge_or_fail, load_config, plain, write_metrics)
+                              judge_or_fail, load_config, plain, tracking_or_fail,
+                              write_metrics)
 
 console = Console()
 # what a stage that samples as PPO does reads of the ppo section (generation.Sampling's fields)
@@ -85,6 +86,7 @@ def sft(
 
     cfg = load_config(params, "sft")
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
+    tracking = tracking_or_fail(params)
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -96,7 +98,8 @@ def sft(
         _need_model("policy", Path(cfg.base_model), "sft.base_model")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model))
+        m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model),
+                tracking)
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
     write_metrics("sft", m, metrics, report_path)
@@ -235,6 +238,7 @@ def reward(
     # how PPO will sample: the distribution the on-policy figures are measured on
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
+    tracking = tracking_or_fail(params)
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
@@ -244,7 +248,8 @@ def reward(
     try:
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
                 judge=judge_or_fail(params, judge_model),
-                log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
+                log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling,
+                tracking=tracking)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
     write_metrics("reward", m, metrics, report_path)

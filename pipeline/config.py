@@ -40,6 +40,7 @@ SECTIONS: dict[str, str] = {
     "eval": "rlhf.pipeline.checkpoint_eval:EvalConfig",
     "judge": "rlhf.pipeline.judges:JudgeConfig",
     "demos": "rlhf.pipeline.demos:DemosConfig",
+    "tracking": "rlhf.pipeline.tracking:TrackingConfig",
 }
 
 

@@ -132,10 +132,14 @@ def _trainer_class():
     from trl import SFTTrainer
 
     class LabelsLossSFTTrainer(SFTTrainer):
+        last_loss = None  # the last training batch's loss, for the trackers (TrackStep)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             kwargs = {} if num_items_in_batch is None else {"num_items_in_batch": num_items_in_batch}
             out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
                         labels=inputs["labels"], use_cache=False, **kwargs)
+            if model.training:
+                self.last_loss = out.loss.detach()
             return (out.loss, out) if return_outputs else out.loss
 
     return LabelsLossSFTTrainer
@@ -193,14 +197,31 @@ def _MarkComplete():
     return MarkComplete()
 
 
+def _TrackStep(trainer, trackers):
+    """A trainer callback that gives the trackers each step's loss and learning rate. The
+    trainer's own logging stays off (`logging_strategy="no"`): it would sum the reported
+    `train_loss` in other pieces, and so change its last bits."""
+    from transformers import TrainerCallback
+
+    class TrackStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if trainer.last_loss is not None:
+                trackers.log({"sft/loss": float(trainer.last_loss), "sft/epoch": state.epoch,
+                              "sft/learning_rate": trainer.lr_scheduler.get_last_lr()[0]},
+                             state.global_step)
+
+    return TrackStep()
+
+
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
-              model_config_path: str | Path | None = None) -> dict[str, Any]:
+              model_config_path: str | Path | None = None, trackers=None) -> dict[str, Any]:
     """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics.
 
     A checkpoint is saved after every epoch into `checkpoints_dir(out_dir)`; a rerun after a kill
     resumes from the last complete one made from the same inputs (config, demonstrations,
-    tokenizer, model shape), else starts over. The folder is removed once the policy is saved."""
+    tokenizer, model shape), else starts over. The folder is removed once the policy is saved.
+    `trackers` (tracking.Trackers) get every step's loss and learning rate."""
     import torch
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
@@ -241,6 +262,8 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     quiet_trainer(trainer, "SFT training")
     t0 = time.perf_counter()
     trainer.add_callback(_MarkComplete())
+    if trackers is not None:
+        trainer.add_callback(_TrackStep(trainer, trackers))
     result = trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.perf_counter() - t0
     eval_loss = float(trainer.evaluate()["eval_loss"]) if held_rows else float("nan")
@@ -292,14 +315,33 @@ def default_judge() -> Callable[[str, str], float]:
 
 def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
         tokenizer_path: str | Path | None = None, model_config_path: str | Path | None = None,
-        judge: Callable[[str, str], float] | None = None) -> dict[str, Any]:
+        judge: Callable[[str, str], float] | None = None, tracking=None) -> dict[str, Any]:
     """The `sft` stage: train, save, judge held-out prompts; returns the report (with `params`,
-    the values of the section it ran with)."""
+    the values of the section it ran with). `tracking` (params.yaml `tracking`; None: no
+    tracker): the trackers that get each step's loss and, at the last step, the report's
+    figures; their files go to `tracking.logs_dir(out_dir, "sft")`."""
+    from rlhf.pipeline import tracking as tr
+    from rlhf.pipeline.config import effective
+
+    demos = read_demonstrations(demos_path)
+    trackers = tr.start(tracking or tr.TrackingConfig(report_to=()), "sft",
+                        tr.logs_dir(out_dir, "sft"), {"sft": effective(cfg)})
+    try:
+        metrics = _judged(cfg, demos, out_dir, tokenizer_path, model_config_path, judge,
+                          trackers)
+        trackers.log({f"sft/{k}": v for k, v in metrics.items()}, trackers.last_step)
+    finally:
+        trackers.finish()
+    return metrics
+
+
+def _judged(cfg: SftConfig, demos: list[dict], out_dir, tokenizer_path, model_config_path,
+            judge, trackers) -> dict[str, Any]:
+    """Train and save the policy, then judge its samples of the held-out prompts."""
     from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy
 
-    demos = read_demonstrations(demos_path)
-    metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path)
+    metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path, trackers)
     _, held = split_demonstrations(demos, cfg.heldout_fraction)
     prompts = sorted({clean(r["prompt"]) for r in held})[: cfg.eval_prompts]
     model, tok = load_policy(out_dir)

@@ -7,9 +7,13 @@ from pathlib import Path
 
 
 def write_params(path: Path, **sections: dict) -> Path:
-    """Write `path` with each given section completed (`config.complete_section`)."""
+    """Write `path` with each given section completed (`config.complete_section`); a file for a
+    training stage (sft, reward, ppo) also gets the `tracking` section they read (defaults)."""
     import yaml
     from rlhf.pipeline.config import complete_section
+
+    if {"sft", "reward", "ppo"} & set(sections):
+        sections = {**sections, "tracking": sections.get("tracking", {})}
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({name: complete_section(name, values or {})

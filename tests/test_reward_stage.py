@@ -105,10 +105,24 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
                         light=LightConfig(epochs=8, groups_per_batch=8), rollout_prompts=30,
                         rollout_k=3, eval_prompts=20, eval_k=2, max_new_tokens=16,
                         adversarial_fraction=0.2, confidence_gate=0.45)
+    from rlhf.pipeline.tracking import TrackingConfig
+
     m = run_reward(rcfg, tmp_path / "prefs", sft, tmp_path / "rm_strong", tmp_path / "rm_light",
-                   tmp_path / "reward.json", pool_dir=pool, judge=toy_gold)
+                   tmp_path / "reward.json", pool_dir=pool, judge=toy_gold,
+                   tracking=TrackingConfig(report_to=("tensorboard",)))
     saved = json.loads((tmp_path / "reward.json").read_text())
     assert saved["heldout_accuracy_mean"] == pytest.approx(m["heldout_accuracy_mean"])
+    # params.yaml `tracking`: each member's and the light RM's losses, then the report's figures
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tmp_path / "tensorboard" / "reward"))
+    ea.Reload()
+    tags = set(ea.Tags()["scalars"])
+    assert {"reward/member_0/loss", "reward/member_1/loss", "reward/light/loss",
+            "reward/heldout_accuracy_mean"} <= tags
+    assert ea.Scalars("reward/heldout_accuracy_mean")[-1].value == pytest.approx(
+        m["heldout_accuracy_mean"])
+    assert len(ea.Scalars("reward/light/loss")) >= rcfg.light.epochs
     # Level 2's one reward scale: the strong-to-light map, fitted on the on-policy
     # samples both RMs scored, saved with the strong RM
     from rlhf.pipeline.reward.score_map import ScoreMap

@@ -1,6 +1,7 @@
 """What a PPO run leaves behind, step by step: metrics.jsonl (every metric but the wall-clock
 ones, which go to timings.jsonl: wallclock.py), metrics.csv (the six seed 000 §4.4 metrics every
-`csv_every` steps), TensorBoard, events.jsonl, and the store rows (`rollouts`, `rm_scores`,
+`csv_every` steps), TensorBoard and the other trackers params.yaml `tracking` names
+(pipeline/tracking.py), events.jsonl, and the store rows (`rollouts`, `rm_scores`,
 `train_metrics`, `checkpoints`) through store/rollouts.py's writer.
 
 Only the main process writes; rows of every process are gathered first. A resumed run trims what
@@ -44,12 +45,15 @@ def draft_counts(r, key: str) -> list[int]:
 
 
 class Recorder:
-    def __init__(self, cfg, paths, dist, scorer, strong_scorer=None):
+    def __init__(self, cfg, paths, dist, scorer, strong_scorer=None, tracking=None):
+        from rlhf.pipeline.tracking import TrackingConfig
+
         self.cfg, self.paths, self.dist = cfg, paths, dist
+        self.tracking = tracking or TrackingConfig()  # params.yaml `tracking`
         self.main = dist.acc.is_main_process
         self.names = (scorer_identity(scorer),
                       scorer_identity(strong_scorer) if strong_scorer is not None else None)
-        self.writer = None  # TensorBoard
+        self.trackers = None  # TensorBoard and the other trackers `tracking` names
         self.tables: dict[str, StepShardWriter] = {}
         self.current_step = 0
         self._last_suggestions: set[str] = set()
@@ -58,9 +62,12 @@ class Recorder:
     def open(self, start: int, resume: bool) -> None:
         if not self.main:
             return
-        from torch.utils.tensorboard import SummaryWriter
+        from rlhf.pipeline import tracking
+        from rlhf.pipeline.config import effective
 
-        self.writer = SummaryWriter(str(self.paths.out / "tensorboard"), purge_step=start)
+        # purge_step: TensorBoard drops what a killed run logged after the checkpoint
+        self.trackers = tracking.start(self.tracking, "ppo", self.paths.out / "tensorboard",
+                                       {"ppo": effective(self.cfg)}, purge_step=start)
         # resume_after: drop the steps a killed run stored after its last checkpoint (they are
         # redone now), so no step is ever stored twice (store/rollouts.py)
         self.tables = {table: StepShardWriter(table, folder, self.paths.run_id,
@@ -75,8 +82,8 @@ class Recorder:
         if self.main:
             for w in self.tables.values():
                 w.close()
-            if self.writer is not None:
-                self.writer.close()
+            if self.trackers is not None:
+                self.trackers.finish()
 
     def reset(self) -> None:
         """A fresh start: nothing of an earlier run under this run id survives."""
@@ -149,10 +156,9 @@ class Recorder:
         }
         self._diagnosis(step, m, stats.get("grad_diagnosis"))
         if self.main:
-            for k, v in m.items():
-                if k != "step" and isinstance(v, float) and math.isfinite(v):
-                    self.writer.add_scalar(f"ppo/{k}", v, step)
-            self.writer.flush()
+            self.trackers.log({f"ppo/{k}": v for k, v in m.items()
+                               if k != "step" and isinstance(v, float) and math.isfinite(v)},
+                              step)
             kept, timings = wallclock.split(m)
             for name, line in (("metrics.jsonl", kept), ("timings.jsonl", timings)):
                 with open(self.paths.out / name, "a", encoding="utf-8") as fh:

@@ -137,7 +137,8 @@ class PPOTrainer:
     def __init__(self, cfg: PPOConfig, policy, ref_policy, tokenizer, scorer,
                  prompts: list[tuple[str, str]], paths: RunPaths, policy_path: str | None = None,
                  accelerator=None, progress: bool = False, sampler=None, strong_scorer=None,
-                 hooks: RolloutHooks | None = None, deepspeed_config: Path | None = None):
+                 hooks: RolloutHooks | None = None, deepspeed_config: Path | None = None,
+                 tracking=None):
         from accelerate import Accelerator
 
         self.cfg, self.paths, self.scorer, self.tokenizer = cfg, paths, scorer, tokenizer
@@ -177,7 +178,7 @@ class PPOTrainer:
         self.gradmon = GradNormMonitor(reference_steps=cfg.gradnorm_reference_steps,
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
-        self.recorder = Recorder(cfg, paths, self.dist, scorer, strong_scorer)
+        self.recorder = Recorder(cfg, paths, self.dist, scorer, strong_scorer, tracking)
         # what post-scoring hooks may use of the trainer, and nothing else (hooks.py)
         self.context = RolloutContext(cfg, tokenizer, scorer, strong_scorer,
                                       generation=self.engines.policy.generation,
@@ -388,7 +389,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         checkpoint_table: str | Path | None = None, difficulty: str | Path | None = None,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
         deepspeed_config: str | Path | None = None, inputs: dict | None = None,
-        tables: dict | None = None, params: str | Path | None = None, probe=None) -> dict:
+        tables: dict | None = None, params: str | Path | None = None, probe=None,
+        tracking=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     `reward_path`: an RM folder, or a reward function or server spec (`python:file.py:function`,
@@ -400,7 +402,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     key: path or loaded object} of what the features read (features/inputs.py: strong_reward,
     embeddings, routes, score_map; `params` the params file the annotator pool comes from);
     `tables`: {table: folder} of the feature tables (features' `Table`s). `probe`: a
-    post-scoring hook run after the config's (bench/economy_sample.py's measurement)."""
+    post-scoring hook run after the config's (bench/economy_sample.py's measurement).
+    `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only)."""
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -442,7 +445,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), progress=progress, sampler=sampler,
                          strong_scorer=ctx.optional("strong_reward"),
-                         deepspeed_config=deepspeed_config, hooks=hooks)
+                         deepspeed_config=deepspeed_config, hooks=hooks, tracking=tracking)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
         paths.declare_tables(cfg)

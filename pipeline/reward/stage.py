@@ -327,8 +327,8 @@ def save_tokenizer(tok, folder: Path) -> None:
 
 
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
-                 log, precision: str = "fp32", checkpoints: Path | None = None
-                 ) -> tuple[list, list[str]]:
+                 log, precision: str = "fp32", checkpoints: Path | None = None,
+                 trackers=None) -> tuple[list, list[str]]:
     """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
     With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
     found there complete and trained from the same inputs is loaded, not retrained."""
@@ -349,8 +349,10 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
             log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
             data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
                     if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
-            model, _ = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
-                                seed=cfg.seed + i, precision=precision)
+            model, history = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
+                                      seed=cfg.seed + i, precision=precision)
+            if trackers is not None:
+                trackers.log_history(f"reward/member_{i}", history)
             return model, {}
 
         model, _, _ = kept_or_trained(checkpoints, name, fingerprint([members_fp, name]), train,
@@ -422,7 +424,7 @@ def _references(data: TrainingData) -> tuple[list[str], list[str]]:
 def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, policy, ptok,
                   rollout_prompts: Sequence[str], data: TrainingData, sft_dir, demos_path,
                   ppo_sampling, folder: Path, out_strong: Path, log,
-                  checkpoints: Path | None = None):
+                  checkpoints: Path | None = None, trackers=None):
     """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
     on them, its reference and temperature; saved to `folder`. Returns (light scorer, report).
     With `checkpoints`, the distilled model is kept there (reward/keep.py) and a rerun after a
@@ -446,6 +448,8 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
         model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
                               light_tok, ids, targets, groups, cfg.light, seed=cfg.seed,
                               precision=strong.precision)
+        if trackers is not None:
+            trackers.log_history("reward/light", hist)
         return model, {"distill_final_loss": hist[-1]["loss"] if hist else None}
 
     # what the light RM is distilled from: this section, the strong member it starts from, the
@@ -498,11 +502,15 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         out_strong: str | Path, out_light: str | Path, metrics_path: str | Path | None = None,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None,
-        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None) -> dict[str, Any]:
+        log: Callable[[str], None] = lambda msg: None, ppo_sampling=None,
+        tracking=None) -> dict[str, Any]:
     """Train, calibrate, distil and report, step by step (the functions above, in order); the
     report's `phase_seconds` times each. `ppo_sampling` (generation.Sampling): how PPO will
     sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
-    None: this section's temperature, top-p 1."""
+    None: this section's temperature, top-p 1. `tracking` (params.yaml `tracking`; None: no
+    tracker): the trackers that get each member's and the light RM's training losses, then the
+    report's figures (files in `tracking.logs_dir(out_strong, "reward")`)."""
+    from rlhf.pipeline import tracking as tr
     import torch
     from rlhf.pipeline.config import effective
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
@@ -516,6 +524,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
     step = _Phases()
+    trackers = tr.start(tracking or tr.TrackingConfig(report_to=()), "reward",
+                        tr.logs_dir(out_strong, "reward"), {"reward": effective(cfg)})
     data = step("training_pairs", training_data, cfg, preferences_dir, judge)
     init = resolve_backbone(cfg.backbone, sft_dir)
     tok = load_tokenizer(init)  # the strong RM's (its backbone's) tokenizer
@@ -533,7 +543,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     with staged_folders([out_strong, out_light]) as staged:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
-                              strong_dir, log, precision, member_checkpoints(out_strong))
+                              strong_dir, log, precision, member_checkpoints(out_strong),
+                              trackers)
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
                               data, strong_dir, precision)
@@ -544,7 +555,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         light, report = step("light_distillation", distill_light, cfg, strong,
                              strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
                              data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
-                             member_checkpoints(out_strong))
+                             member_checkpoints(out_strong), trackers)
         metrics.update(report)
         metrics.update(step("fresh_figures", fresh_figures, cfg, strong, light, policy, ptok,
                             eval_prompts, demos_path, judge, log))
@@ -561,6 +572,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     shutil.rmtree(member_checkpoints(out_strong), ignore_errors=True)  # both RMs are whole
     metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
+    trackers.log({f"reward/{k}": v for k, v in metrics.items()}, trackers.last_step)
+    trackers.finish()
     if metrics_path:
         write_text_atomic(metrics_path, json.dumps(_jsonable(metrics), indent=2, sort_keys=True)
                           + "\n")
