@@ -351,7 +351,7 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
         if (strong / "score_map.json").is_file():
             shutil.copy(strong / "score_map.json", path)
         elif not path.is_file():
-            from rlhf.pipeline.generation import Sampling
+            from rlhf.pipeline.decode import Sampling
             from rlhf.pipeline.policy import load_policy
             from rlhf.pipeline.ppo.samplers import load_prompts
             from rlhf.pipeline.reward import load_scorer
@@ -538,7 +538,7 @@ def judge_config(setup: dict):
 def gold_of(policy_folder: Path, setup: dict) -> dict:
     """Held-out gold; with the setup's difficulty buckets also `by_bucket` (gold mean and count
     per bucket of the held-out prompts: is the hard tail learning too?)."""
-    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.ppo.heldout_gold import gold_eval
 
     e = setup["eval"]

@@ -50,7 +50,7 @@ INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
                    "score_map": f"{A}/models/rm_strong", "routes": f"{A}/store/routes"}
 # code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
 SHARED_CODE = ("bench/economy.py", "pipeline/config.py", "pipeline/policy.py",
-               "pipeline/generation.py", "pipeline/text.py", "pipeline/heldout_prompts.py",
+               "pipeline/decode", "pipeline/text.py", "pipeline/heldout_prompts.py",
                "pipeline/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
                "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
                "store/hashing.py", "store/rollouts.py")

@@ -45,14 +45,16 @@ import types
 from pathlib import Path
 
 import torch
-from rlhf.pipeline.draft_model import ModelDrafter
-from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
-from rlhf.pipeline.engine import native_generate
-from rlhf.pipeline.generation import (
+from rlhf.pipeline.decode import (
+    LookupDrafter,
+    ModelDrafter,
+    ReuseDrafter,
     Sampling,
     cut_at_eos,
+    drafted_generate,
     encode_prompts,
     get_generator,
+    native_generate,
     pad_responses,
     response_logits,
     token_entropy,
