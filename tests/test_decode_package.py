@@ -1,5 +1,5 @@
-"""The decode package's boundary (pipeline/decode/, issue 48 §1), read from the imports with `ast`:
-no module of the package imports the trainer (`rlhf.pipeline.ppo`) or a stage module (a dvc.yaml
+"""The decode package's boundary (pipeline/decode/), read from the imports with `ast`: no
+module of the package imports the trainer (`rlhf.pipeline.ppo`) or a stage module (a dvc.yaml
 stage's own module); the package's modules import one another without a cycle; and no module
 outside it imports a module of the package, or a name its `__init__` does not list: everything else
 goes through `rlhf.pipeline.decode`'s public names.

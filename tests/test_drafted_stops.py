@@ -1,4 +1,4 @@
-"""Stopping criteria on drafted decoding (issue 50): the generation time-out stops a drafted
+"""Stopping criteria on drafted decoding: the generation time-out stops a drafted
 generation as it stops the plain native one, and the trainer marks its unfinished rows timed
 out; a criterion's per-row verdict stops that row only; given a hook's per-token criterion the
 drafting engine decodes the batch plain (`draft_off_for_hooks`).
@@ -39,10 +39,11 @@ class StopRow(StoppingCriteria):
 
 @pytest.mark.parametrize("draft", ["lookup", "model"])
 def test_the_generation_timeout_stops_a_drafted_generation(draft):
-    """Issue 50: the drafted path got no stopping criteria, so a drafted generation ran on to
-    max_new_tokens past `ppo.generation_timeout_s` and no row was marked timed out. A time-out
-    that has passed before the first token now stops a drafted generation after it, as it stops
-    the plain native one, and generate_rollout marks the unfinished rows timed out (fallback)."""
+    """A defect of bba60c0: the drafted path got no stopping criteria, so a drafted generation ran
+    on to max_new_tokens past `ppo.generation_timeout_s` and no row was marked timed out. A
+    time-out that has passed before the first token now stops a drafted generation after it, as it
+    stops the plain native one, and generate_rollout marks the unfinished rows timed out
+    (fallback)."""
     tok = tokenizer()
     m = policy(tok)
     batch = [(f"p{i}", p) for i, p in enumerate(PROMPTS[:6])]
