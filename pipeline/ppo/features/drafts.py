@@ -2,8 +2,8 @@
 a generation hook, so its state carries from step to step and is saved in every checkpoint with
 the other hooks' (a resumed run drafts what the uninterrupted one would): the lookup drafter's
 recent responses, the reuse drafter's stored responses per prompt (SPEC-RL's sample reuse), the
-draft model's depth (its weights are the policy's own, checkpointed with it). generate.py asks
-the engine for a generator that drafts with it (`generator_of`).
+draft model's depth (its weights are the policy's own, checkpointed with it). generate.py's
+`generator_of` builds the engine that drafts with it (pipeline/decode: `get_generator(draft=...)`).
 
 The hook adds no logits processor or stopping criterion (drafting needs none: the drafting
 generator decodes plain when another hook adds some). `prepare` gives the reuse drafter each
