@@ -19,7 +19,7 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 | `llama_step.py` | `FastDecoder`, the native loop's exact decode step for Llama / Qwen2 |
 | `drafters.py` | `Drafter`, `DraftContext`, `LookupDrafter`, `ReuseDrafter`, `DRAFTS` |
 | `draft_model.py` | `ModelDrafter` (the policy's first layers draft) |
-| `drafted.py` | `DraftedGenerator`, `drafted_generate`, `resolve` (verification, its accept rules) |
+| `drafted.py` | `DraftedGenerator`, `drafted_generate`, `resolve` (verification, accept rules) |
 | `engines.py` | `get_generator`, `get_drafter`, `ENGINES` |
 
     python -c "import rlhf.pipeline.decode as d; print(d.ENGINES, d.DRAFTS)"
