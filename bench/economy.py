@@ -154,11 +154,11 @@ ARMS: dict[str, Arm] = {
     "dapo_ours": Arm(base="plain", overrides={**NATIVE, "advantage_estimator": "grpo",
                                               "group_size": 4, "whiten_advantages": False,
                                               "dynamic_sampling_on": True}),
-    # the rollout engine (pipeline/engine.py): the same distribution, produced with less compute
+    # the rollout engine (pipeline/decode/native.py): the same distribution, produced with less compute
     "engine_native": Arm(base="plain", overrides=NATIVE),
     "spec_lookup": Arm(base="plain", overrides={"engine": "native", "draft": "lookup",
                                                 "draft_k": 4}),
-    # self-speculative drafts (pipeline/draft_model.py): the policy's first quarter of layers
+    # self-speculative drafts (pipeline/decode/draft_model.py): the policy's first quarter of layers
     # with its head drafts 4 tokens from q, verified exactly (min(1, p/q), residual max(0, p-q))
     "spec_model": Arm(base="plain", overrides={"engine": "native", "draft": "model",
                                                "draft_k": 4, "draft_layers": 0}),
@@ -351,7 +351,7 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
         if (strong / "score_map.json").is_file():
             shutil.copy(strong / "score_map.json", path)
         elif not path.is_file():
-            from rlhf.pipeline.generation import Sampling
+            from rlhf.pipeline.decode import Sampling
             from rlhf.pipeline.policy import load_policy
             from rlhf.pipeline.ppo.samplers import load_prompts
             from rlhf.pipeline.reward import load_scorer
@@ -538,7 +538,7 @@ def judge_config(setup: dict):
 def gold_of(policy_folder: Path, setup: dict) -> dict:
     """Held-out gold; with the setup's difficulty buckets also `by_bucket` (gold mean and count
     per bucket of the held-out prompts: is the hard tail learning too?)."""
-    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.ppo.heldout_gold import gold_eval
 
     e = setup["eval"]

@@ -50,7 +50,7 @@ INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
                    "score_map": f"{A}/models/rm_strong", "routes": f"{A}/store/routes"}
 # code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
 SHARED_CODE = ("bench/economy.py", "pipeline/config.py", "pipeline/policy.py",
-               "pipeline/generation.py", "pipeline/text.py", "pipeline/heldout_prompts.py",
+               "pipeline/decode", "pipeline/text.py", "pipeline/heldout_prompts.py",
                "pipeline/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
                "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
                "store/hashing.py", "store/rollouts.py")
@@ -319,11 +319,15 @@ def _code_state(paths: list[str]) -> str:
 
 
 def item_code(item: str) -> list[str]:
-    """The repository files (code and params) an `arm_<name>@<seed>` item depends on."""
+    """The repository files (code and params) an `arm_<name>@<seed>` item depends on, a code
+    folder's (pipeline/decode) listed file by file as DVC hashes them (.dvcignore: no byte-code)."""
     stage = yaml_stages()[item.split(":", 1)[1].split("@")[0]]
     files = [d for d in stage["deps"] if not d.startswith(("results/", "../artifacts/"))]
     files += [f for p in stage["params"] for f in p]
-    return sorted({str((BENCH / f).resolve().relative_to(REPO)) for f in files})
+    paths = {(BENCH / f).resolve() for f in files}
+    paths = {q for p in paths for q in (sorted(p.rglob("*")) if p.is_dir() else [p])
+             if not (q.is_dir() or "__pycache__" in q.parts or q.suffix == ".pyc")}
+    return sorted(str(p.relative_to(REPO)) for p in paths)
 
 
 @functools.cache

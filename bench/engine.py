@@ -1,5 +1,5 @@
 """Rollout engine benchmark: hf (model.generate), native (stopped rows leave the batch; its
-decode step pipeline/fast_decode.py), native-model-calls (the same loop calling the model each
+decode step pipeline/decode/llama_step.py), native-model-calls (the same loop calling the model each
 step: what the decode step saves) and native + each drafter of `--drafts`, on one policy;
 counted compute per 1,000 generated tokens first, then seconds (variants interleaved,
 `--repeats` rounds, median and min-max), without and with the PPO trainer's old-log-prob pass
@@ -45,14 +45,16 @@ import types
 from pathlib import Path
 
 import torch
-from rlhf.pipeline.draft_model import ModelDrafter
-from rlhf.pipeline.drafters import LookupDrafter, ReuseDrafter, drafted_generate
-from rlhf.pipeline.engine import native_generate
-from rlhf.pipeline.generation import (
+from rlhf.pipeline.decode import (
+    LookupDrafter,
+    ModelDrafter,
+    ReuseDrafter,
     Sampling,
     cut_at_eos,
+    drafted_generate,
     encode_prompts,
     get_generator,
+    native_generate,
     pad_responses,
     response_logits,
     token_entropy,

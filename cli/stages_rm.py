@@ -232,7 +232,7 @@ def reward(
     """Train the strong RM ensemble, distil the light RM, report their quality."""
     from rlhf.pipeline.reward.stage import run
 
-    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.decode import Sampling
 
     cfg = load_config(params, "reward")
     # how PPO will sample: the distribution the on-policy figures are measured on

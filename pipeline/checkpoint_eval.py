@@ -49,7 +49,7 @@ class EvalConfig:
     checkpoints: tuple[int, ...] = ()  # PPO steps to evaluate; () = every saved checkpoint
     batch_size: int = 64
     repetition_ngram: int = 4     # seq-rep-4 of Welleck et al. 2019 (neural text degeneration)
-    # the rollout engine that samples (pipeline/generation.py get_generator): "native" (a stopped
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
     # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
     engine: Literal["hf", "native"] = "native"
 
@@ -143,8 +143,8 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     """
     import torch
 
-    from rlhf.pipeline.generation import (Sampling, cut_at_eos, encode_prompts, get_generator,
-                                          pad_responses, response_logits)
+    from rlhf.pipeline.decode import (Sampling, cut_at_eos, encode_prompts, get_generator,
+                                      pad_responses, response_logits)
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import response_of
 

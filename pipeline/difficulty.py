@@ -46,7 +46,7 @@ class DifficultyConfig:
     temperature: float = 1.0  # the baseline samples, so log-probs show its uncertainty
     top_p: float = 1.0
     batch_size: int = 64  # generation / scoring batch
-    # the rollout engine that samples (pipeline/generation.py get_generator): "native" (a stopped
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
     # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
     engine: Literal["hf", "native"] = "native"
     seed: int = 0

@@ -1,6 +1,6 @@
 """Load a causal-LM policy and sample responses from it, with their token log-probabilities.
 
-Sampling itself is pipeline/generation.py (prompt rendering, left padding, the cut at eos),
+Sampling itself is pipeline/decode/ (prompt rendering, left padding, the cut at eos),
 shared with the PPO trainer and `eval`. Used by the stages that need fresh policy samples: `preferences` (k responses per prompt for
 the annotators), `reward` (rollouts for the light RM's distillation and the RM-vs-gold check)
 and `difficulty` (one response per pool prompt, with the spread of its token log-probs).
@@ -29,7 +29,7 @@ class Sample:
     n_tokens: int  # generated tokens, EOS included when the policy stopped by itself
     # the log-prob of each generated token under the distribution it was sampled at: the
     # full-vocabulary softmax of logits / temperature (before top-p; greedy: temperature 1),
-    # the PPO trainer's old-log-prob definition (generation.py)
+    # the PPO trainer's old-log-prob definition (decode/logprobs.py)
     logprobs: tuple[float, ...]
 
     @property
@@ -125,7 +125,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     """
     import torch
 
-    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, get_generator
+    from rlhf.pipeline.decode import Sampling, cut_at_eos, encode_prompts, get_generator
     from rlhf.pipeline.progress import advance_or_bar
 
     out: list[list[Sample]] = [[] for _ in prompts]

@@ -12,9 +12,16 @@ import types
 import pytest
 import torch
 from ppo_tiny import PROMPTS, policy, tokenizer
-from rlhf.pipeline.draft_model import ModelDrafter
-from rlhf.pipeline.drafters import Drafter, LookupDrafter, ReuseDrafter, drafted_generate
-from rlhf.pipeline.generation import Sampling, encode_prompts, get_generator
+from rlhf.pipeline.decode import (
+    Drafter,
+    LookupDrafter,
+    ModelDrafter,
+    ReuseDrafter,
+    Sampling,
+    drafted_generate,
+    encode_prompts,
+    get_generator,
+)
 from scipy.stats import chi2
 from transformers import LlamaConfig, LlamaForCausalLM, TopPLogitsWarper
 
@@ -175,15 +182,15 @@ def test_model_drafts_sample_the_policys_distribution(deep, exact_deep):
 def test_the_residual_is_what_makes_model_drafts_exact(deep, exact_deep, monkeypatch):
     """The same test fails when a rejected draft is followed by a fresh sample from p instead of
     the residual max(0, p - q): the test can tell the exact rule from a near miss."""
-    from rlhf.pipeline import drafters
+    from rlhf.pipeline import decode
 
-    real = drafters.resolve
+    real = decode.resolve
 
     def fresh_after_reject(drafter, p, x, u, row, pos, q=None):
         tok, ok = real(drafter, p, x, u, row, pos, q)
         return (tok, ok) if ok else (int(torch.multinomial(p, 1)), False)
 
-    monkeypatch.setattr(drafters, "resolve", fresh_after_reject)
+    monkeypatch.setattr("rlhf.pipeline.decode.drafted.resolve", fresh_after_reject)
     stat, bound, _ = chi_square(deep, exact_deep[0], ModelDrafter(1))
     assert stat > bound, (stat, bound)
 

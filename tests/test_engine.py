@@ -8,7 +8,7 @@ import pytest
 import torch
 from ppo_tiny import PROMPTS, policy, tokenizer
 from rlhf.pipeline.config import ConfigError
-from rlhf.pipeline.generation import (
+from rlhf.pipeline.decode import (
     Sampling,
     encode_prompts,
     get_generator,
@@ -246,7 +246,7 @@ def test_policy_sample_n_per_prompt_repeats_rows_like_num_return_sequences(world
     """Sampled (not greedy) through hf: repeating each prompt's row n times draws what
     model.generate(num_return_sequences=n) draws under the same seed; native samples n
     responses per prompt too, each with its own log-probs."""
-    from rlhf.pipeline.generation import Sampling, cut_at_eos, encode_prompts, generate
+    from rlhf.pipeline.decode import Sampling, cut_at_eos, encode_prompts, generate
     from rlhf.pipeline.policy import sample
 
     tok, model = world

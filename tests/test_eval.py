@@ -56,7 +56,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
     computed from a forward over that prompt + response alone (with either rollout engine)."""
     import torch
     from rlhf.pipeline.checkpoint_eval import sample_with_kl
-    from rlhf.pipeline.generation import Sampling, get_generator
+    from rlhf.pipeline.decode import Sampling, get_generator
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import format_prompt
 

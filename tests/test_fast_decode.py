@@ -1,4 +1,4 @@
-"""The native engine's per-step costs (pipeline/fast_decode.py). Its decode step against the
+"""The native engine's per-step costs (pipeline/decode/llama_step.py, sampling.py). Its decode step against the
 model's own forward: bit for bit the same samples, log-probs and entropies (sampled, with left
 padding, rows leaving the batch, grouped-query attention), the model called once (the prefill)
 instead of once a step, and the model's own forward wherever the step could not reproduce it.
@@ -12,10 +12,14 @@ import itertools
 import pytest
 import torch
 from ppo_tiny import PROMPTS, llama_config, tokenizer
-from rlhf.pipeline import fast_decode
-from rlhf.pipeline.engine import native_generate
-from rlhf.pipeline.fast_decode import FastDecoder, top_p_sample
-from rlhf.pipeline.generation import Sampling, encode_prompts, position_ids
+from rlhf.pipeline.decode import (
+    FastDecoder,
+    Sampling,
+    encode_prompts,
+    native_generate,
+    position_ids,
+    top_p_sample,
+)
 from scipy.stats import chi2
 from transformers import (
     DynamicCache,
@@ -177,7 +181,7 @@ def test_top_p_keeps_the_warpers_nucleus(tok, monkeypatch):
         assert (cum[at] - (1 - top_p)).abs().max() < 1e-6
     assert rows > 1000 and len(differing) <= rows // 1000
     # wrong: buckets removed unordered up to 1.5 x (1 - top_p) cut into the nucleus
-    monkeypatch.setattr(fast_decode, "EDGE_MARGIN", -0.5)
+    monkeypatch.setattr("rlhf.pipeline.decode.sampling.EDGE_MARGIN", -0.5)
     assert len(_nucleus_differences(batches)[1]) > rows // 100
 
 

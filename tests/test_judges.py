@@ -92,7 +92,7 @@ def test_heldout_figure_takes_the_judge(tmp_path):
     """The ppo stage's held-out figure (pipeline/ppo/heldout_gold.gold_eval) scores with the judge
     it is given: the world default equals an explicit WorldGoldJudge, an RM judge's mean is the
     mean of that RM's scores of the same samples."""
-    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.judges import JudgeConfig, WorldGoldJudge, load_judge
     from rlhf.pipeline.policy import load_policy, sample
     from rlhf.pipeline.ppo.heldout_gold import gold_eval

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import ppo_tiny
-from rlhf.pipeline.generation import Sampling
 from rlhf.pipeline.config import build
+from rlhf.pipeline.decode import Sampling
 from rlhf.pipeline.heldout_prompts import held_out_prompts
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.trainer import (PPOTrainer, RunPaths, StratifiedPromptSampler,

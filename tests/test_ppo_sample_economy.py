@@ -240,7 +240,7 @@ def test_a_dropped_pruned_row_gets_no_gradient_and_a_null_reward(tmp_path):
     tr.learner.advantages(r, 3)
     assert cost.features["rollouts_pruned"] == 1 and cost.light_rm_calls == 3  # the pruned row: no RM call
     assert not bool(r.loss_mask[0].any()) and float(r.advantages[0].abs().sum()) == 0.0
-    from rlhf.pipeline.generation import response_logits, token_logprobs
+    from rlhf.pipeline.decode import response_logits, token_logprobs
     from rlhf.pipeline.ppo import core
 
     logits = response_logits(tr.policy, r.query, r.query_mask, r.response, r.response_mask, 0.8)

@@ -53,7 +53,7 @@ def test_difficulty_records_its_engine_and_native_costs_less(tiny, tmp_path):
 
 @pytest.mark.parametrize("engine", ["hf", "native"])
 def test_reward_samples_through_its_engine(tiny, monkeypatch, engine):
-    from rlhf.pipeline import generation
+    from rlhf.pipeline import decode
     from rlhf.pipeline.policy import load_policy
     from rlhf.pipeline.reward import load_scorer
     from rlhf.pipeline.reward.report import fresh_samples, onpolicy_figures
@@ -61,8 +61,8 @@ def test_reward_samples_through_its_engine(tiny, monkeypatch, engine):
 
     world, _ = tiny
     asked = []
-    real = generation.get_generator
-    monkeypatch.setattr(generation, "get_generator", lambda name: asked.append(name) or real(name))
+    real = decode.get_generator
+    monkeypatch.setattr(decode, "get_generator", lambda name: asked.append(name) or real(name))
     cfg = RewardConfig(engine=engine, rollout_k=2, eval_k=2, max_new_tokens=6)
     policy, tok = load_policy(world["policy"])
     prompts = ["tell me about the cat", "describe the dog"]

@@ -42,7 +42,7 @@ class StepCost:
     gen_forwards: int = 0           # sequential policy forwards in generation (prefill, decode,
                                     # draft verification)
     gen_token_forwards: int = 0     # token positions they pushed through the policy
-    drafted_tokens: int = 0         # tokens a drafter proposed (engine.py)
+    drafted_tokens: int = 0         # tokens a drafter proposed (pipeline/decode)
     accepted_tokens: int = 0        # of those, accepted by the exact verification rule
     draft_forwards: int = 0         # sequential forwards of the draft model (ppo.draft: model)
     draft_token_forwards: int = 0   # token positions through it (its layers: the policy's
@@ -64,15 +64,19 @@ class StepCost:
         self.rollouts_started += int(n_sequences)
 
     def add_engine(self, made) -> None:
-        """Adds what one engine call (generation.Generated) counted: its sequential policy
+        """Adds what one engine call (decode.Generated) counted: its sequential policy
         forwards and token-forwards (hf: every row until the batch's last ends; native: a
-        stopped row leaves), drafted / accepted tokens and the draft model's forwards."""
+        stopped row leaves), drafted / accepted tokens and the draft model's forwards, and
+        `draft_off_for_hooks` when a drafting engine decoded the batch plain (a generation
+        hook's per-token processors or criteria)."""
         self.gen_forwards += made.forwards
         self.gen_token_forwards += made.token_forwards
         self.drafted_tokens += made.drafted
         self.accepted_tokens += made.accepted
         self.draft_forwards += made.draft_forwards
         self.draft_token_forwards += made.draft_token_forwards
+        if made.draft_off:
+            self.count("draft_off_for_hooks")
 
     def count(self, name: str, n: int = 1) -> None:
         """Adds `n` to the per-feature counter `name`."""

@@ -224,13 +224,13 @@ class PPOConfig:
     dynamic_sampling_on: bool = False
     dynamic_sampling_rounds: int = 3
     # --- rollout engine ---
-    # pipeline/generation.py get_generator: "hf" (model.generate: every row lives until the
-    # batch's last one ends), "native" (pipeline/engine.py: a stopped row leaves the batch, and
+    # pipeline/decode get_generator: "hf" (model.generate: every row lives until the batch's
+    # last one ends), "native" (pipeline/decode/native.py: a stopped row leaves the batch, and
     # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
     engine: Literal["hf", "native", "vllm"] = "hf"
-    # pipeline/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
+    # pipeline/decode/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
     # responses, verified exactly), "model" (the policy's own first `draft_layers` layers with
-    # its head draft from a distribution q, verified exactly: pipeline/draft_model.py), "reuse"
+    # its head draft from a distribution q, verified exactly: decode/draft_model.py), "reuse"
     # (SPEC-RL's rule on stored old responses: an arm, not exact); up to `draft_k` drafted
     # tokens per row and forward
     draft: Literal["none", "lookup", "reuse", "model"] = "none"

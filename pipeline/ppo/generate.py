@@ -1,5 +1,5 @@
-"""PPO's generation phase: one batch of prompts -> a `Rollout`, through pipeline/generation.py
-(left padding, the cut at eos, full-vocabulary log-probs), with the generation hooks' logits
+"""PPO's generation phase: one batch of prompts -> a `Rollout`, through pipeline/decode/ (left
+padding, the cut at eos, full-vocabulary log-probs, drafting), with the generation hooks' logits
 processors and stopping criteria, the seed's timeout fallback, and the forward passes that give
 old / reference log-probs, entropy and the exact KL.
 
@@ -12,11 +12,12 @@ import contextlib
 import time
 
 import torch
-from rlhf.pipeline.drafters import drafted_generate, get_drafter
-from rlhf.pipeline.generation import (
+from rlhf.pipeline.decode import (
+    Generator,
     Sampling,
     cut_at_eos,
     encode_prompts,
+    get_drafter,
     get_generator,
     pad_responses,
     response_logits,
@@ -35,21 +36,26 @@ def sampling_of(cfg) -> Sampling:
     return Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
 
 
+def generator_of(cfg, hooks=()) -> Generator:
+    """The engine a PPO step samples with (`ppo.engine`), drafting (`ppo.draft`) with the drafter
+    a generation hook holds (features/drafts.py: its state carries across steps and
+    checkpoints), else a fresh one."""
+    held = [h.drafter for h in hooks if getattr(h, "drafter", None) is not None]
+    drafter = held[0] if held else get_drafter(cfg.draft, cfg.draft_layers)
+    return get_generator(cfg.engine, draft=drafter, draft_k=cfg.draft_k)
+
+
 @torch.no_grad()
 def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str, device,
-                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None,
-                     drafter=None) -> Rollout:
-    """Sample one response per (prompt_id, text); rows that timed out unfinished or failed
-    become the fallback response with `valid=False` (no gradient, no score). `cost`
-    (accounting.StepCost): the generation's forwards and token-forwards are added to it.
-
-    `ppo.draft` drafts through `drafter`, else the one a generation hook holds (its `drafter`:
-    features/drafts.py, the trainer's, whose state carries across steps and checkpoints), else
-    a fresh one, while no hook adds logits processors or stopping criteria (their per-token
-    calls do not line up with verified drafts: then plain native decoding)."""
+                     hooks=(), step: int = 0, on_error=lambda exc: None, cost=None) -> Rollout:
+    """Sample one response per (prompt_id, text) through `generator_of(cfg, hooks)`; rows that
+    timed out unfinished or failed become the fallback response with `valid=False` (no
+    gradient, no score). `cost` (accounting.StepCost): the generation's forwards and
+    token-forwards are added to it (and `draft_off_for_hooks` when a hook's per-token processors
+    or criteria made a drafting engine decode plain)."""
     from transformers import MaxTimeCriteria
 
-    engine = get_generator(getattr(cfg, "engine", "hf"))
+    engine = generator_of(cfg, hooks)
     made = None
     ids, texts = [b[0] for b in batch], [b[1] for b in batch]
     enc = encode_prompts(tok, texts, cfg.max_prompt_tokens).to(device)
@@ -62,22 +68,10 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
         stops += s
     started = time.monotonic()
     try:
-        draft = getattr(cfg, "draft", "none")
-        plain = len(processors) == 0 and len(stops) == 1  # only the timeout
-        if draft != "none" and cost is not None and not plain:
-            cost.count("draft_off_for_hooks")
         with rollout_dropout(model, cfg):
-            if draft != "none" and plain:
-                drafter = drafter or next((h.drafter for h in hooks
-                                           if getattr(h, "drafter", None) is not None), None)
-                drafter = drafter or get_drafter(draft, cfg)
-                made = drafted_generate(model, tok, enc, sampling_of(cfg), drafter, cfg.draft_k,
-                                        keep_logits=cfg.kl_estimator == "full")
-            else:
-                made = engine.generate(model, tok, enc, sampling_of(cfg),
-                                       logits_processors=processors, stopping_criteria=stops,
-                                       keep_logits=cfg.kl_estimator == "full"
-                                       and engine.has_logprobs)
+            made = engine.generate(model, tok, enc, sampling_of(cfg),
+                                   logits_processors=processors, stopping_criteria=stops,
+                                   keep_logits=cfg.kl_estimator == "full" and engine.has_logprobs)
         gen = made.tokens.cpu().tolist()
         drafted, accepted = made.row_drafted, made.row_accepted
         if cost is not None:

@@ -6,7 +6,7 @@ bench/economy.py use the same settings). The judge is the one params.yaml's `jud
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
     python -c "from rlhf.pipeline.ppo.heldout_gold import gold_eval; \
-from rlhf.pipeline.generation import Sampling; \
+from rlhf.pipeline.decode import Sampling; \
 print(gold_eval('artifacts/models/sft', [('x', 'Why do leaves look green?')], Sampling(0.8, 0.95, 48)))"
 
 Held-out prompts are every member of the eval-split clusters (pipeline/heldout_prompts.py), none of

@@ -35,7 +35,7 @@ class PreferencesConfig:
     top_p: float = 1.0
     max_new_tokens: int = 48
     batch_size: int = 64
-    # the rollout engine that samples (pipeline/generation.py get_generator): "native" (a stopped
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
     # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
     engine: Literal["hf", "native"] = "native"
     heldout_fraction: float = 0.15  # prompts whose rankings are kept for RM evaluation

@@ -178,7 +178,7 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
     PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py); and the
     strong-to-light score map Level 2 puts escalated rewards on the light scale with, fitted on
     these samples both RMs scored and saved into `strong_dir` (pipeline/reward/score_map.py)."""
-    from rlhf.pipeline.generation import Sampling
+    from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
 
     sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)

@@ -83,7 +83,7 @@ class RewardConfig:
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
     # the rollout engine that samples the SFT policy here (distillation rollouts, fresh and
-    # on-policy samples; pipeline/generation.py get_generator): "native" (a stopped row leaves
+    # on-policy samples; pipeline/decode get_generator): "native" (a stopped row leaves
     # the batch; the same distribution as "hf") or "hf" (model.generate)
     engine: Literal["hf", "native"] = "native"
     drift_window_days: float = 1.0  # annotator drift report: mean label per window

@@ -1,13 +1,14 @@
-"""Drafted decoding in the trainer (`ppo.draft`, pipeline/drafters.py): the run's drafter lives in
+"""Drafted decoding in the trainer (`ppo.draft`, pipeline/decode/): the run's drafter lives in
 a generation hook, so its state carries from step to step and is saved in every checkpoint with
 the other hooks' (a resumed run drafts what the uninterrupted one would): the lookup drafter's
 recent responses, the reuse drafter's stored responses per prompt (SPEC-RL's sample reuse), the
-draft model's depth (its weights are the policy's own, checkpointed with it).
+draft model's depth (its weights are the policy's own, checkpointed with it). generate.py's
+`generator_of` builds the engine that drafts with it (pipeline/decode: `get_generator(draft=...)`).
 
-The hook adds no logits processor or stopping criterion (drafting needs none: generate.py turns
-drafts off when another hook adds some). `prepare` gives the reuse drafter each row's stored
-response by prompt id; `finish` stores the batch's responses with the log-probs of the
-distribution they were sampled from.
+The hook adds no logits processor or stopping criterion (drafting needs none: the drafting
+generator decodes plain when another hook adds some). `prepare` gives the reuse drafter each
+row's stored response by prompt id; `finish` stores the batch's responses with the log-probs of
+the distribution they were sampled from.
 
     python -c "from rlhf.pipeline.ppo.features import FEATURES; print(FEATURES['drafts'].help)"
 """
@@ -24,9 +25,9 @@ class DraftHook(HookBase):
     name = "drafts"
 
     def __init__(self, cfg):
-        from rlhf.pipeline.drafters import get_drafter
+        from rlhf.pipeline.decode import get_drafter
 
-        self.drafter = get_drafter(cfg.draft, cfg)
+        self.drafter = get_drafter(cfg.draft, cfg.draft_layers)
 
     def prepare(self, batch: list[tuple[str, str]]) -> None:
         if hasattr(self.drafter, "prepare_prompts"):
@@ -56,5 +57,4 @@ register(Feature("drafts", {"draft": "none"},
                  help="drafted tokens verified in one forward: lookup and model (exact), "
                       "reuse (SPEC-RL's rule, not exact)", params=("draft_k", "draft_layers"),
                  build=lambda cfg, ctx: [DraftHook(cfg)],
-                 modules=("pipeline/drafters.py", "pipeline/draft_model.py",
-                          "pipeline/engine.py", "pipeline/ppo/features/drafts.py")))
+                 modules=("pipeline/decode", "pipeline/ppo/features/drafts.py")))

@@ -43,5 +43,4 @@ register(Feature("reward_attention", {"reward_attention_on": False},
 register(Feature("native_engine", {"engine": "hf"},
                  help="our own decode loop: a stopped row leaves the batch, and the sampled "
                       "log-probs replace the old-log-prob pass (the same distribution)",
-                 modules=("pipeline/engine.py", "pipeline/fast_decode.py",
-                          "pipeline/generation.py", "pipeline/ppo/generate.py")))
+                 modules=("pipeline/decode", "pipeline/ppo/generate.py")))

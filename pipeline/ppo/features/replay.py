@@ -96,7 +96,7 @@ class ReplayBuffer(HookBase):
     def as_rollout(self, rows: list[dict], device):
         """Stored rows as a Rollout after its log-prob pass (the fields `Rollout.cat` joins)."""
         import torch
-        from rlhf.pipeline.generation import pad_responses
+        from rlhf.pipeline.decode import pad_responses
         from rlhf.pipeline.ppo.rollout import Rollout
 
         P = max(len(row["query"]) for row in rows)

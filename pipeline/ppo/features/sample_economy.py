@@ -252,7 +252,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
 
     from transformers import StoppingCriteria
 
-    from rlhf.pipeline.generation import cut_at_eos, get_generator
+    from rlhf.pipeline.decode import cut_at_eos, get_generator
 
     pad, eos = tok.pad_token_id, tok.eos_token_id
     seqs = [r.query[i][r.query_mask[i].bool()].tolist() + list(p) for i, p in zip(rows, prefixes)]
@@ -281,7 +281,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
 
 def replace_rows(r, tok, rows: list[int], tokens: list[list[int]]) -> None:
     """Put new response token lists into rows of `r` (re-padding the response tensors)."""
-    from rlhf.pipeline.generation import pad_responses
+    from rlhf.pipeline.decode import pad_responses
     from rlhf.pipeline.text import response_of
 
     current = [g[m].tolist() for g, m in zip(r.response, r.response_mask)]

@@ -1,22 +1,22 @@
 """The native rollout engine: our own decode loop over an HF causal LM and its KV cache, in
 which a row that stops **leaves the batch at once**.
 
-Same inputs and outputs as `generation.generate` (`model.generate`): left-padded prompts whose
-position ids count real tokens only, `Sampling` (temperature, top-p, max new tokens), the
-per-sequence logits processors and stopping criteria, `suppress_pad`, the timeout (a
-`MaxTimeCriteria` among the criteria). The order the scores pass through is model.generate's:
-pad suppressed, then the caller's processors, then temperature, then top-p.
+Same inputs and outputs as the `hf` engine (`model.generate`, pipeline/decode/hf.py): left-padded
+prompts whose position ids count real tokens only, `Sampling` (temperature, top-p, max new tokens),
+the per-sequence logits processors and stopping criteria, `suppress_pad`, the timeout (a
+`MaxTimeCriteria` among the criteria). The order the scores pass through is model.generate's: pad
+suppressed, then the caller's processors, then temperature, then top-p.
 
 What differs is the cost. `model.generate` keeps every row until the batch's last one ends (a
-finished row is fed pad tokens); here a row that emitted eos or was stopped by a criterion has
-its cache rows dropped (`DynamicCache.batch_select_indices`) before the next forward, so the
-next forward pushes only the live rows. After the prefill, the steps run through
-`fast_decode.FastDecoder` where it reproduces the model's forward bit for bit (Llama, Qwen2:
-the same logits without transformers' per-call overhead, which sets a small model's decode
-time); any other model is called each step. The processors and criteria still see the full batch
-(`input_ids` [B, P + t], scores [B, V]: a finished row's scores are zeros and its appended
-tokens pad, as model.generate would give them), so a hook that keeps per-row state by batch
-index works unchanged.
+finished row is fed pad tokens); here a row that emitted eos or was stopped by a criterion has its
+cache rows dropped (`DynamicCache.batch_select_indices`) before the next forward, so the next
+forward pushes only the live rows. After the prefill, the steps run through `FastDecoder`
+(pipeline/decode/llama_step.py) where it reproduces the model's forward bit for bit (Llama, Qwen2:
+the same logits without transformers' per-call overhead, which sets a small model's decode time);
+any other model is called each step. The processors and criteria still see the full batch
+(`input_ids` [B, P + t], scores [B, V]: a finished row's scores are zeros and its appended tokens
+pad, as model.generate would give them), so a hook that keeps per-row state by batch index works
+unchanged.
 
 The engine also returns, at every generated position, the log-probability of the sampled token
 under the distribution it was drawn from (after processors, temperature and top-p:
@@ -24,7 +24,7 @@ under the distribution it was drawn from (after processors, temperature and top-
 the raw logits / temperature: `logprobs`, with `entropy` and optionally those `logits`), so the
 PPO trainer can skip its old-log-prob forward (pipeline/ppo/generate.py).
 
-    python -c "from rlhf.pipeline.engine import native_generate; help(native_generate)"
+    python -c "from rlhf.pipeline.decode import native_generate; help(native_generate)"
 """
 
 from __future__ import annotations
@@ -32,7 +32,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from rlhf.pipeline.generation import Generated, Sampling, prefill
+from rlhf.pipeline.decode.llama_step import FastDecoder
+from rlhf.pipeline.decode.protocol import Generated, Generator
+from rlhf.pipeline.decode.sampling import Sampling, top_p_sample
+from rlhf.pipeline.decode.tokens import position_ids
+
+
+def prefill(model, ids, mask):
+    """The prompt forward of a decode loop over left-padded `ids` / `mask` ([B, P]): (the
+    filled `DynamicCache`, the [B, V] logits of the next token). The LM head runs on the last
+    position only where the model supports it (`logits_to_keep`, as model.generate asks)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    keep1 = {"logits_to_keep": 1} if getattr(model, "_supports_logits_to_keep",
+                                             lambda: False)() else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                cache=cache, use_cache=True, **keep1)
+    return cache, out.logits[:, -1]
 
 
 @torch.no_grad()
@@ -46,7 +63,6 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
     position (what a full-vocabulary KL needs; memory B x T x V floats). `fast`: decode through
     `FastDecoder` where it reproduces the model's forward bit for bit (Llama, Qwen2); False
     calls the model every step (the same logits, slower)."""
-    from rlhf.pipeline.fast_decode import FastDecoder, top_p_sample
     from transformers import TemperatureLogitsWarper
 
     ids, mask = enc["input_ids"], enc["attention_mask"]
@@ -135,3 +151,17 @@ def native_generate(model, tokenizer, enc, sampling: Sampling, *,
                      sampled_logprobs=torch.stack(lp_sampled, 1),
                      logprobs=torch.stack(lp_full, 1), entropy=torch.stack(ent, 1),
                      logits=torch.stack(kept_logits, 1) if keep_logits else None)
+
+
+class NativeGenerator(Generator):
+    """Our decode loop (`native_generate`): stopped rows leave the batch; log-probs returned."""
+
+    name = "native"
+    has_logprobs = True
+
+    def generate(self, model, tokenizer, enc, sampling, *, logits_processors=(),
+                 stopping_criteria=(), suppress_pad=True, keep_logits=False) -> Generated:
+        return native_generate(model, tokenizer, enc, sampling,
+                               logits_processors=logits_processors,
+                               stopping_criteria=stopping_criteria, suppress_pad=suppress_pad,
+                               keep_logits=keep_logits)

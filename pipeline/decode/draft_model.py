@@ -12,8 +12,8 @@ r = max(0, p - q) / Z, Z = sum_y max(0, p(y) - q(y)). Then for every token y
          = min(p(y), q(y)) + max(0, p(y) - q(y)) = p(y),
 since 1 - sum_x min(p(x), q(x)) = sum_x max(0, p(x) - q(x)) = Z. So every verified token is
 distributed exactly as the policy's, whatever q is, provided x is drawn fresh from q and u is
-independent of it; the cache then holds the accepted prefix only (pipeline/drafters.py), so by
-induction over positions the whole response is the policy's own sample. A point mass q = [x] is
+independent of it; the cache then holds the accepted prefix only (pipeline/decode/drafted.py), so
+by induction over positions the whole response is the policy's own sample. A point mass q = [x] is
 the special case the lookup drafter uses (accept with p(x); residual: p without x).
 
 Drafting costs no extra cache and no recomputation: the first `draft_layers` layers' keys and
@@ -24,7 +24,7 @@ writes every layer's keys and values for those positions itself). Recomputing th
 the whole context instead would push the context through the draft layers k times per
 verification; a separate draft cache would hold a copy of what the policy's already holds.
 
-    python -c "from rlhf.pipeline.draft_model import ModelDrafter; print(ModelDrafter(0).name)"
+    python -c "from rlhf.pipeline.decode import ModelDrafter; print(ModelDrafter(0).name)"
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from rlhf.pipeline.drafters import Drafter
+from rlhf.pipeline.decode.drafters import Drafter
 
 
 def decoder_layers(model):

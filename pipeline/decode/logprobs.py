@@ -1,0 +1,37 @@
+"""The trainer's log-probability definition, shared by every sampling stage: log-probabilities
+and entropies come from **full-vocabulary** distributions (seed 000 §5.4) of the logits divided
+by the sampling temperature (the distribution actually sampled), over the response positions of
+a left-padded prompt followed by its right-padded response.
+
+    python -c "from rlhf.pipeline.decode import token_logprobs; help(token_logprobs)"
+"""
+
+from __future__ import annotations
+
+from rlhf.pipeline.decode.tokens import position_ids
+
+
+def response_logits(model, query, query_mask, response, response_mask, temperature: float):
+    """[B, T, V] logits / temperature at the T response positions of left-padded prompts
+    ([B, P]) followed by right-padded responses ([B, T]): what scored the sampled tokens."""
+    import torch
+
+    ids = torch.cat([query, response], 1)
+    mask = torch.cat([query_mask, response_mask.long()], 1)
+    P, T = query.shape[1], response.shape[1]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits
+    return logits[:, P - 1: P - 1 + T].float() / (temperature + 1e-7)
+
+
+def token_logprobs(logits, tokens):
+    """[B, T] log-probability of each token under full-vocabulary softmax of `logits`."""
+    from trl.trainer.utils import selective_log_softmax
+
+    return selective_log_softmax(logits, tokens)
+
+
+def token_entropy(logits):
+    """[B, T] entropy (nats) of the full-vocabulary distribution at each position."""
+    from trl.trainer.utils import entropy_from_logits
+
+    return entropy_from_logits(logits)
