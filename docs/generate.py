@@ -4,9 +4,10 @@
     python docs/generate.py --check    # list what is stale (exit 1), write nothing
 
 Pages: metrics.md and metrics-realdata.md (every headline figure of the git-tracked
-artifacts/**/metrics/*.json, each stamped with its source file, content hash and the last commit
-that changed it), config.md (every params.yaml key from the typed configs: type, default, the
-shipped value, range where pipeline/ranges.py declares one, meaning from the field's comment),
+artifacts/**/metrics/*.json as git holds them, not as the last `make run` rewrote them, each
+stamped with its source file, content hash and the last commit that changed it), config.md
+(every params.yaml key from the typed configs: type, default, the shipped value, range where
+pipeline/ranges.py declares one, meaning from the field's comment),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
 (bench/engine.py's JSON in bench/data/), scale-bench.md (the dedup, scheduler and store benchmarks' JSON
@@ -14,7 +15,9 @@ in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dv
 README.md carries the same picture between its `generated:dag` markers).
 
 `figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric
-name (`` `eval.gold_gain` 0.151 ``) must equal that metric at the precision written.
+name (`` `eval.gold_gain` 0.151 ``) must equal that metric, as git holds it, at the precision
+written. So `make test` after `make run` on another CPU model (which rewrites the metrics files)
+stays green, and a commit of new metrics without the pages and quotes that follow fails it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ COMMIT_LINE = re.compile(r"^- last commit that changed it: .*$", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- sources
+# the metrics folders the docs quote, and the prefix a quote names their stages with
+METRICS_DIRS = (("artifacts/metrics", ""), ("profiles/realdata/artifacts/metrics", "realdata/"))
+
+
 def _git(root: Path, *args: str) -> str:
     try:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
@@ -54,12 +61,29 @@ def _git(root: Path, *args: str) -> str:
         return ""
 
 
-def metrics_files(root: Path, under: str = "artifacts/metrics") -> list[Path]:
-    """The metrics files git tracks under `under` (every *.json there when not in a git tree)."""
-    listed = _git(root, "ls-files", "--", f"{under}/*.json")
-    paths = [root / p for p in listed.splitlines()] if listed else sorted(
-        (root / under).glob("*.json"))
-    return sorted(p for p in paths if p.is_file())
+def metrics_files(root: Path, under: str = "artifacts/metrics") -> list[tuple[Path, bytes]]:
+    """Each metrics file git tracks under `under`, with its content as git's index holds it (every
+    *.json there, as it stands, when not in a git tree). The docs quote what is committed, not
+    what the last `make run` wrote: on a CPU model other than the lock's, `make run` rewrites
+    these files (other float kernels, other figures), and the docs must stay true for the next
+    clean clone; `git add` a metrics file to quote its new figures."""
+    listed = _git(root, "ls-files", "-s", "--", f"{under}/*.json")
+    if not listed:
+        return [(p, p.read_bytes()) for p in sorted((root / under).glob("*.json"))]
+    blobs = {}
+    for line in listed.splitlines():
+        meta, rel = line.split("\t", 1)
+        _mode, sha, stage = meta.split()
+        if stage == "0":  # a merge conflict's sides (stages 1-3) are no figures yet
+            blobs[root / rel] = sha
+    return [(p, subprocess.run(["git", "cat-file", "blob", sha], cwd=root, capture_output=True,
+                               check=True).stdout) for p, sha in sorted(blobs.items())]
+
+
+def drifted(root: Path) -> list[str]:
+    """The metrics files whose working copy differs from git's: what the pages do not quote."""
+    return [p.relative_to(root).as_posix() for under, _ in METRICS_DIRS
+            for p, data in metrics_files(root, under) if not p.is_file() or p.read_bytes() != data]
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -78,9 +102,9 @@ def _fmt(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, (int, str)) else str(v)
 
 
-def _stamp(root: Path, path: Path) -> list[str]:
+def _stamp(root: Path, path: Path, data: bytes | None = None) -> list[str]:
     rel = path.relative_to(root).as_posix()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(path.read_bytes() if data is None else data).hexdigest()[:12]
     commit = _git(root, "log", "-1", "--format=%h %cs", "--", rel) or "not committed"
     return [f"- source: `{rel}` (sha256 `{digest}`)",
             f"- last commit that changed it: {commit}"]
@@ -90,10 +114,11 @@ def _stamp(root: Path, path: Path) -> list[str]:
 def metrics_page(root: Path, under: str, title: str, how: str, prefix: str = "") -> str:
     lines = [f"# {title}", "", f"<!-- written by `{COMMAND}`: rerun it, never edit by hand -->",
              "", how, ""]
-    for path in metrics_files(root, under):
+    for path, data in metrics_files(root, under):
         stage = prefix + path.stem
-        lines += [f"## {stage}", "", *_stamp(root, path), "", "| metric | value |", "|---|---|"]
-        for k, v in flatten(json.loads(path.read_text(encoding="utf-8"))).items():
+        lines += [f"## {stage}", "", *_stamp(root, path, data), "", "| metric | value |",
+                  "|---|---|"]
+        for k, v in flatten(json.loads(data)).items():
             lines.append(f"| `{stage}:{k}` | {_fmt(v)} |")
         lines.append("")
     return "\n".join(lines)
@@ -478,10 +503,9 @@ QUOTE = re.compile(r"`(?:(?P<stage>[\w/-]+):)?(?P<key>[A-Za-z_][\w.]*)`[^`\d\n]{
 def all_metrics(root: Path) -> dict[str, dict[str, Any]]:
     """{stage or `realdata/stage`: flattened metrics} of the tracked metrics files."""
     out = {}
-    for under, pre in (("artifacts/metrics", ""), ("profiles/realdata/artifacts/metrics",
-                                                    "realdata/")):
-        for p in metrics_files(root, under):
-            out[pre + p.stem] = flatten(json.loads(p.read_text(encoding="utf-8")))
+    for under, pre in METRICS_DIRS:
+        for p, data in metrics_files(root, under):
+            out[pre + p.stem] = flatten(json.loads(data))
     return out
 
 
@@ -520,6 +544,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="list stale pages, write nothing")
     args = ap.parse_args(argv)
+    moved = drifted(ROOT)
+    if moved:  # another CPU model's `make run`, or a rerun whose figures are not staged yet
+        print(f"note: {len(moved)} metrics file(s) differ from git's copy ({', '.join(moved)}); "
+              "the pages quote git's: `git add` them to quote yours", file=sys.stderr)
     if args.check:
         bad = stale(ROOT)
         for rel in bad:
