@@ -37,8 +37,11 @@ $(STAMP): pyproject.toml requirements.lock
 # (pipeline/ppo/wallclock.py; `make run SOURCE_DATE_EPOCH=` stamps the real time).
 SOURCE_DATE_EPOCH ?= 1767225600
 
+# dvc repro's output passes through cli/repro_times.py, which ends with one line of each
+# stage's seconds (pipefail: a failed stage still fails make run).
 run: setup
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(BIN)/dvc repro
+	bash -o pipefail -c 'SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(BIN)/dvc repro 2>&1 \
+	  | $(BIN)/python -m rlhf.cli.repro_times'
 	@# the root pipeline only: a bare `dvc status` also lists the realdata profile's stages,
 	@# which `make run` does not build (profiles/realdata/dvc.yaml)
 	$(BIN)/dvc status dvc.yaml
