@@ -41,7 +41,7 @@ SOURCE_DATE_EPOCH ?= 1767225600
 # stage's seconds (pipefail: a failed stage still fails make run).
 run: setup
 	bash -o pipefail -c 'SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(BIN)/dvc repro 2>&1 \
-	  | $(BIN)/python -m rlhf.cli.repro_times'
+	  | $(BIN)/python -m rlhf.cli.repro_times .dvc/tmp/stage_times.txt'
 	@# the root pipeline only: a bare `dvc status` also lists the realdata profile's stages,
 	@# which `make run` does not build (profiles/realdata/dvc.yaml)
 	$(BIN)/dvc status dvc.yaml
@@ -49,6 +49,7 @@ run: setup
 	@sed -n '/^| step/,/^## Figures/p' artifacts/eval/report.md
 	@echo "plots: artifacts/eval/gold_proxy_vs_kl.png, artifacts/eval/metrics_sft_vs_ppo.png;" \
 	      "all of them: dvc plots show (dvc_plots/index.html); headline figures: dvc metrics show"
+	@cat .dvc/tmp/stage_times.txt
 
 # Two pytest workers (pytest-xdist), a test file per worker at a time (its module fixtures
 # trained once): each test's stages run at one torch thread, so one worker per core keeps both

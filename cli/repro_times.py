@@ -3,9 +3,10 @@
 `dvc repro` records no durations, so `make run` pipes its output through this filter, which
 passes every byte on unchanged (progress lines included) and notes when each "Running stage"
 line arrives; at the end it prints one line: each stage that ran with its seconds, then the
-stages DVC skipped (unchanged, or restored from its cache).
+stages DVC skipped (unchanged, or restored from its cache). With a path argument the line is
+also written there, for `make run` to repeat as its last line.
 
-    dvc repro 2>&1 | python -m rlhf.cli.repro_times
+    dvc repro 2>&1 | python -m rlhf.cli.repro_times [.dvc/tmp/stage_times.txt]
 """
 
 from __future__ import annotations
@@ -67,8 +68,13 @@ def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     clock = StageClock()
     relay(iter(lambda: stdin.read1(4096), b""), stdout, clock)
-    stdout.write((clock.line() + "\n").encode())
+    line = clock.line() + "\n"
+    stdout.write(line.encode())
     stdout.flush()
+    if len(sys.argv) > 1:
+        from pathlib import Path
+
+        Path(sys.argv[1]).write_text(line)
 
 
 if __name__ == "__main__":

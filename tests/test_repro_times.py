@@ -38,11 +38,12 @@ def test_each_stage_gets_the_seconds_until_the_next_one_and_skips_are_named():
     assert line.endswith("(unchanged, not rerun: world, sft)")
 
 
-def test_the_filter_as_make_run_calls_it():
+def test_the_filter_as_make_run_calls_it(tmp_path):
     text = "Running stage 'world':\nRunning stage 'ingest':\nStage 'dedup' didn't change, skipping\n"
-    done = subprocess.run([sys.executable, "-m", "rlhf.cli.repro_times"], input=text.encode(),
-                          capture_output=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "rlhf.cli.repro_times", str(tmp_path / "t.txt")],
+                          input=text.encode(), capture_output=True, check=True)
     lines = done.stdout.decode().splitlines()
     assert lines[:3] == text.splitlines()
     assert lines[-1].startswith("stage times: world 0 s, ingest 0 s; total 0 s")
     assert lines[-1].endswith("(unchanged, not rerun: dedup)")
+    assert (tmp_path / "t.txt").read_text() == lines[-1] + "\n"  # what make run repeats last
