@@ -74,7 +74,9 @@ def main() -> None:
     if len(sys.argv) > 1:
         from pathlib import Path
 
-        Path(sys.argv[1]).write_text(line)
+        path = Path(sys.argv[1])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(line)
 
 
 if __name__ == "__main__":
