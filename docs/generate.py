@@ -6,7 +6,8 @@
 Pages: metrics.md and metrics-realdata.md (every headline figure of the git-tracked
 artifacts/**/metrics/*.json, each stamped with its source file, content hash and the last commit
 that changed it), config.md (every params.yaml key from the typed configs: type, default, the
-shipped value, range where pipeline/ranges.py declares one, meaning from the field's comment),
+shipped value, range where pipeline/ranges.py declares one, meaning from the field's comment or, a
+feature's key, its declared help),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
 (bench/engine.py's JSON in bench/data/), scale-bench.md (the dedup, scheduler and store benchmarks' JSON
@@ -108,8 +109,11 @@ def _comments(src: str) -> dict[int, str]:
 
 
 def field_meanings(cls: type) -> dict[str, str]:
-    """{field: its comment}: the comment on the field's line, else the comment lines just above."""
-    src = textwrap.dedent(inspect.getsource(cls))
+    """{field: its comment}: the comment on the field's line, else the comment lines just above.
+    PPOConfig is built from its `core` class (the loop's keys, commented) and the features'
+    declarations (`feature_fields`, each with its help)."""
+    declared = {k: c.help for k, c in getattr(cls, "feature_fields", {}).items()}
+    src = textwrap.dedent(inspect.getsource(getattr(cls, "core", cls)))
     comments = _comments(src)
     lines = src.splitlines()
     out = {}
@@ -124,7 +128,7 @@ def field_meanings(cls: type) -> dict[str, str]:
                     i -= 1
                 text = " ".join(above)
             out[node.target.id] = text
-    return out
+    return {**out, **declared}
 
 
 def _type_name(t: Any) -> str:
@@ -193,7 +197,7 @@ def config_page(root: Path) -> str:
         if section == "ppo":
             from rlhf.pipeline.ppo.features.registry import extension_fields
             rows += [(c.name, _type_name(c.type), c.default, c.help)
-                     for c in extension_fields().values()]
+                     for c in extension_fields().values() if c.name not in hints]
         for name, tname, default, meaning in rows:
             value = _short(shipped[name]) if name in shipped else "–"
             rng = [(ranges or {}).get((section, name), "")] if ranges is not None else []
