@@ -13,8 +13,10 @@ PPO's and the benchmark knows its code.
 Everything that used to be kept by hand derives from the registry: the hooks the trainer runs
 (`build_hooks`), `PLAIN_PPO` (`plain_values`), the `rlhf ppo` options of feature inputs and
 tables (cli/ppo.py), the trainer's table folders, and the benchmark's "which inputs does this
-arm read" (`input_switches`). Adding a feature is one module with one `register(Feature(...))`
-call (+ its tests); trainer.py does not change.
+arm read" (`input_switches`); PPOConfig's fields, ranges and config reference derive from
+the features' `ConfigField`s (config.py). Adding a feature is one module with one
+`register(Feature(...))` call, its import in features/__init__.py and its keys in params.yaml
+(+ its tests); trainer.py, config.py and ranges.py do not change.
 
     python -c "from rlhf.pipeline.ppo.features import FEATURES; print(list(FEATURES))"
 """
