@@ -104,11 +104,6 @@ class Feature:
             return bool(self.active(cfg))
         return any(getattr(cfg, k) != v for k, v in self.switches.items())
 
-    @property
-    def params(self) -> tuple[str, ...]:
-        """Its keys that are not switches."""
-        return tuple(c.name for c in self.fields if c.name not in self.switches)
-
     def owned(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*self.switches, *(c.name for c in self.fields)]))
 
