@@ -195,9 +195,9 @@ def config_page(root: Path) -> str:
                  meanings.get(f.name, "")) for f in dataclasses.fields(cls)
                 if not f.name.startswith("_") and f.name != "extra"]
         if section == "ppo":
-            from rlhf.pipeline.ppo.features.registry import extension_fields
+            from rlhf.pipeline.ppo.features.registry import declared_fields
             rows += [(c.name, _type_name(c.type), c.default, c.help)
-                     for c in extension_fields().values() if c.name not in hints]
+                     for c in declared_fields().values() if c.name not in hints]
         for name, tname, default, meaning in rows:
             value = _short(shipped[name]) if name in shipped else "–"
             rng = [(ranges or {}).get((section, name), "")] if ranges is not None else []

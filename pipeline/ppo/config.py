@@ -93,7 +93,7 @@ class PPOCore:
     def __getattr__(self, name: str):  # only reached when `name` is not a declared field
         if name.startswith("_"):
             raise AttributeError(name)
-        from rlhf.pipeline.ppo.features.registry import extension_fields
+        from rlhf.pipeline.ppo.features.registry import declared_fields
 
         try:
             given = dict(object.__getattribute__(self, "extra"))
@@ -101,7 +101,7 @@ class PPOCore:
             raise AttributeError(name) from None
         if name in given:
             return given[name]
-        ext = extension_fields()
+        ext = declared_fields()
         if name in ext:
             return ext[name].default
         raise AttributeError(f"PPOConfig has no field {name!r}")
@@ -111,9 +111,9 @@ class PPOCore:
         """`data` with the keys of features registered after PPOConfig was built moved into
         `extra` (types checked here, ranges in `__post_init__`)."""
         from rlhf.pipeline.config import _type_ok
-        from rlhf.pipeline.ppo.features.registry import extension_fields
+        from rlhf.pipeline.ppo.features.registry import declared_fields
 
-        ext, own = extension_fields(), {f.name for f in fields(cls)}
+        ext, own = declared_fields(), {f.name for f in fields(cls)}
         moved = {k: v for k, v in data.items() if k not in own and k in ext}
         if not moved:
             return data
@@ -127,9 +127,9 @@ class PPOCore:
     @classmethod
     def declared_ranges(cls) -> dict[str, ranges.Spec]:
         """The ranges the features declare for their keys (ranges.of adds the loop's)."""
-        from rlhf.pipeline.ppo.features.registry import extension_fields
+        from rlhf.pipeline.ppo.features.registry import declared_fields
 
-        return {k: c.range for k, c in extension_fields().items() if c.range is not None}
+        return {k: c.range for k, c in declared_fields().items() if c.range is not None}
 
     def __post_init__(self) -> None:
         for f in fields(self):  # YAML gives lists: keep tables hashable and immutable like the rest

@@ -175,7 +175,7 @@ def plain_values() -> dict[str, Any]:
     return {k: v for f in ordered() for k, v in f.switches.items()}
 
 
-def extension_fields() -> dict[str, ConfigField]:
+def declared_fields() -> dict[str, ConfigField]:
     """Every `ppo:` key registered features declare (config.py: those registered before PPOConfig
     was built are its fields; a later one's keys live in `PPOConfig.extra`)."""
     return {c.name: c for f in FEATURES.values() for c in f.fields}
