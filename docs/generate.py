@@ -7,7 +7,8 @@ Pages: metrics.md and metrics-realdata.md (every headline figure of the git-trac
 artifacts/**/metrics/*.json as git holds them, not as the last `make run` rewrote them, each
 stamped with its source file, content hash and the last commit that changed it), config.md
 (every params.yaml key from the typed configs: type, default, the shipped value, range where
-pipeline/ranges.py declares one, meaning from the field's comment),
+pipeline/ranges.py declares one, meaning from the field's comment or, a feature's key, its
+declared help),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
 (bench/engine.py's JSON in bench/data/), scale-bench.md (the dedup, scheduler and store benchmarks' JSON
@@ -133,8 +134,11 @@ def _comments(src: str) -> dict[int, str]:
 
 
 def field_meanings(cls: type) -> dict[str, str]:
-    """{field: its comment}: the comment on the field's line, else the comment lines just above."""
-    src = textwrap.dedent(inspect.getsource(cls))
+    """{field: its comment}: the comment on the field's line, else the comment lines just above.
+    PPOConfig is built from its `core` class (the loop's keys, commented) and the features'
+    declarations (`feature_fields`, each with its help)."""
+    declared = {k: c.help for k, c in getattr(cls, "feature_fields", {}).items()}
+    src = textwrap.dedent(inspect.getsource(getattr(cls, "core", cls)))
     comments = _comments(src)
     lines = src.splitlines()
     out = {}
@@ -149,7 +153,7 @@ def field_meanings(cls: type) -> dict[str, str]:
                     i -= 1
                 text = " ".join(above)
             out[node.target.id] = text
-    return out
+    return {**out, **declared}
 
 
 def _type_name(t: Any) -> str:
@@ -216,9 +220,9 @@ def config_page(root: Path) -> str:
                  meanings.get(f.name, "")) for f in dataclasses.fields(cls)
                 if not f.name.startswith("_") and f.name != "extra"]
         if section == "ppo":
-            from rlhf.pipeline.ppo.features.registry import extension_fields
+            from rlhf.pipeline.ppo.features.registry import declared_fields
             rows += [(c.name, _type_name(c.type), c.default, c.help)
-                     for c in extension_fields().values()]
+                     for c in declared_fields().values() if c.name not in hints]
         for name, tname, default, meaning in rows:
             value = _short(shipped[name]) if name in shipped else "–"
             rng = [(ranges or {}).get((section, name), "")] if ranges is not None else []

@@ -98,7 +98,7 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
     dataclass defaults (library use: tests, benchmarks)."""
     if not isinstance(data, dict):
         raise ConfigError(f"[{where}] must be a mapping, got {type(data).__name__}")
-    if hasattr(cls, "split"):  # keys a registered extension declares (PPOConfig.split)
+    if hasattr(cls, "split"):  # keys of a feature registered late (PPOConfig.split)
         data = cls.split(data)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -108,7 +108,7 @@ def build(cls: type[T], data: Any, where: str, complete: bool = False) -> T:
             f"[{where}] unknown key(s) {', '.join(map(repr, unknown))}; "
             f"known keys: {', '.join(sorted(fields))}"
         )
-    table = ranges.RANGES.get(cls.__name__, {})
+    table = ranges.of(cls)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         tp = hints[name]

@@ -1,6 +1,6 @@
 """The allowed range of every numeric parameter, one table per config dataclass.
 
-`config.build` checks each numeric value a params file gives against `RANGES[ClassName][key]`
+`config.build` checks each numeric value a params file gives against `of(Class)[key]`
 before the dataclass is built, so a bad value is one line naming `section.key`, the value and
 the range (`ppo.kl_coef = -0.1: allowed >= 0`), never a traceback and never a silent pass.
 Every float must be finite (NaN and +-inf are errors whatever the range). A range covers each
@@ -28,6 +28,7 @@ class Range:
     hi: float | None = None
     lo_open: bool = False
     hi_open: bool = False
+    why: str = ""  # the reason for a bound, quoted in the error (a seed section)
 
     def allows(self, x: float) -> bool:
         if not math.isfinite(x):
@@ -95,43 +96,22 @@ RANGES: dict[str, dict[str, Spec]] = {
         "ann_list_size": COUNT, "ann_probe": COUNT, "ann_dim": NONNEG,
         "ann_margin": Range(0, 2, hi_open=True), "component_max_size": Range(2),
     },
-    # PPOConfig lives in pipeline/ppo/config.py; its ranges live here, keyed by field name
+    # PPOConfig (pipeline/ppo/config.py): the loop's own fields; each feature declares the range
+    # of its keys next to its code (pipeline/ppo/features/*.py ConfigField), and `of` joins them
     "PPOConfig": {
         "seed": NONNEG, "total_steps": COUNT, "total_tokens": NONNEG, "batch_size": COUNT,
-        "mini_batch_size": COUNT, "ppo_epochs": COUNT, "temperature": POS, "top_p": TOP_P,
+        "mini_batch_size": COUNT, "ppo_epochs": COUNT,
+        "temperature": Range(0.3, lo_open=True, why="seed 001 §5.1: lower sampling temperatures "
+                             "make rollouts repeat themselves"),
+        "top_p": Range(0, 0.95, lo_open=True, why="seed 001 §5.1"),
         "max_new_tokens": COUNT, "max_prompt_tokens": COUNT, "generation_timeout_s": POS,
         "learning_rate": POS, "critic_learning_rate": POS, "max_grad_norm": POS,
         "gamma": PROB, "gae_lambda": PROB, "clip_range": POS, "clip_range_value": POS,
-        "kl_coef": NONNEG,
-        "lambda_eps_table": (NONNEG, PROB, POS),  # rows (from token, lambda, epsilon)
-        "adaptive_clip_kl_low": NONNEG, "adaptive_clip_kl_high": NONNEG,
-        "adaptive_clip_low": POS, "adaptive_clip_high": POS,
-        "kl_warmup_steps": COUNT,
-        "collapse_mean_drop": POS, "collapse_std_rise": POS, "collapse_kl_coef": POS,
-        "collapse_hold_steps": COUNT,
+        "kl_coef": NONNEG, "group_size": COUNT,
         "gradnorm_reference_steps": COUNT, "gradnorm_shift_decades": FINITE,
-        "gradnorm_bimodal_separation": POS,
-        "rollout_dropout": FRACTION_LT1,
-        "critic_hidden_size": COUNT, "critic_heads": COUNT,
-        "critic_layers": NONNEG,  # the light critic's >= 1 is a cross-field rule
-        "critic_max_tokens": COUNT, "critic_huber_delta": POS, "critic_kl_reg_coef": NONNEG,
-        "reward_attention_high": POS, "reward_attention_low": NONNEG,
-        "reward_attention_frac": PROB,
-        "escalate_below": PROB, "escalate_score_quantile": PROB, "escalate_window": COUNT,
-        "escalate_max_share": PROB, "human_labels_per_step": NONNEG,
-        "rm_check_every": COUNT, "rm_check_samples": COUNT, "rm_drop": PROB,
-        "rm_queue_max": COUNT, "rm_finetune_epochs": COUNT, "rm_finetune_lr": POS,
+        "gradnorm_bimodal_separation": POS, "critic_huber_delta": POS, "critic_kl_reg_coef": NONNEG,
         "checkpoint_every": COUNT, "csv_every": COUNT, "eval_seed": NONNEG,
         "gradient_accumulation_steps": COUNT,
-        "schedule_neighbours": COUNT, "schedule_min_low": COUNT, "schedule_low": POS,
-        "schedule_high": POS, "schedule_window": COUNT, "schedule_explore_base": PROB,
-        "schedule_explore_horizon": COUNT,
-        "prune_run": COUNT, "prune_percentile": Range(0, 100, lo_open=True, hi_open=True),
-        "prune_calibration_steps": COUNT, "prune_ngram": NONNEG, "prune_top_k": COUNT,
-        "resample_sigma": Range(0, 5), "resample_low_frac": PROB, "resample_max_share": PROB,
-        "group_size": COUNT, "dynamic_sampling_rounds": COUNT, "draft_k": COUNT,
-        "draft_layers": NONNEG,
-        "replay_size": COUNT, "replay_fraction": Range(0, 1, lo_open=True, hi_open=True),
     },
     "SftConfig": {
         "lora_r": COUNT, "lora_alpha": COUNT, "epochs": POS, "learning_rate": POS,
@@ -189,6 +169,13 @@ RANGES: dict[str, dict[str, Spec]] = {
 }
 
 
+def of(cls: type) -> dict[str, Spec]:
+    """The ranges of config class `cls`'s fields: its table above, joined with those its fields
+    declare themselves (`cls.declared_ranges()`: PPOConfig's feature keys)."""
+    declared = getattr(cls, "declared_ranges", None)
+    return {**RANGES.get(cls.__name__, {}), **(declared() if declared else {})}
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -198,7 +185,7 @@ def check(where: str, key: str, value: Any, spec: Spec) -> str | None:
     Types are checked before this: a mapping or tuple here holds numbers."""
     def bad(path: str, x: Any, rng: Range) -> str | None:
         if _number(x) and not rng.allows(x):
-            return f"{path} = {x!r}: allowed {rng}"
+            return f"{path} = {x!r}: allowed {rng}" + (f" ({rng.why})" if rng.why else "")
         return None
 
     path = f"{where}.{key}"

@@ -84,20 +84,21 @@ def test_numeric_fields_found():
 
 @pytest.mark.parametrize("key,cls,name,tp", NUMERIC, ids=[k for k, *_ in NUMERIC])
 def test_every_numeric_field_declares_a_range(key, cls, name, tp):
-    assert name in ranges.RANGES.get(cls.__name__, {}), (
-        f"{key} ({cls.__name__}.{name}) has no range in pipeline/ranges.py RANGES")
+    assert name in ranges.of(cls), (
+        f"{key} ({cls.__name__}.{name}) has no range in pipeline/ranges.py RANGES (or, a "
+        f"feature's key, in its ConfigField)")
 
 
 @pytest.mark.parametrize("key,cls,name,tp", NUMERIC, ids=[k for k, *_ in NUMERIC])
 def test_default_is_inside_its_range(key, cls, name, tp):
-    spec = ranges.RANGES[cls.__name__][name]
+    spec = ranges.of(cls)[name]
     assert ranges.check(key.rpartition(".")[0], name, getattr(cls(), name), spec) is None
 
 
 @pytest.mark.parametrize("key,cls,name,tp", NUMERIC, ids=[k for k, *_ in NUMERIC])
 def test_excluded_values_are_one_line_errors(key, cls, name, tp):
     where = key.rpartition(".")[0]
-    spec = ranges.RANGES[cls.__name__][name]
+    spec = ranges.of(cls)[name]
     if isinstance(spec, tuple):  # a table: try each column of the default's first row
         rows = getattr(cls(), name)
         cases = []

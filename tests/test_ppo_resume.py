@@ -120,7 +120,7 @@ def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
     bad = ppo_tiny.write_params(tmp_path / "bad.yaml", temperature=0.2)
     out = subprocess.run(_cmd(world, bad, tmp_path / "x", tmp_path / "r"), env=_env(),
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "temperature must be > 0.3" in out.stderr
+    assert out.returncode == 2 and "ppo.temperature = 0.2: allowed > 0.3" in out.stderr
     assert "Traceback" not in out.stderr
 
 

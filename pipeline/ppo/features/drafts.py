@@ -15,8 +15,12 @@ the distribution they were sampled from.
 
 from __future__ import annotations
 
-from rlhf.pipeline.ppo.features.registry import Feature, register
+from typing import Literal
+
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
+from rlhf.pipeline.ranges import COUNT, NONNEG
 
 
 class DraftHook(HookBase):
@@ -53,8 +57,26 @@ class DraftHook(HookBase):
         self.drafter.load_state_dict(state)
 
 
-register(Feature("drafts", {"draft": "none"},
+def _check(cfg) -> None:
+    if cfg.draft != "none" and cfg.engine != "native":
+        raise ConfigError(f"ppo.draft {cfg.draft!r} needs ppo.engine: native, got {cfg.engine!r}")
+
+
+FIELDS = (
+    ConfigField("draft", Literal["none", "lookup", "reuse", "model"], "none",
+                help='pipeline/decode/drafters.py, native only: "lookup" (n-gram drafts from '
+                     'the context and recent responses, verified exactly), "model" (the policy\'s '
+                     'own first `draft_layers` layers with its head draft from a distribution q, '
+                     'verified exactly: decode/draft_model.py), "reuse" (SPEC-RL\'s rule on stored '
+                     'old responses: an arm, not exact); up to `draft_k` drafted tokens per row '
+                     'and forward'),
+    ConfigField("draft_k", int, 4, range=COUNT),
+    ConfigField("draft_layers", int, 0, range=NONNEG,
+                help="the draft model's layers (0 = a quarter of the policy's)"),
+)
+
+register(Feature("drafts", ("draft",),
                  help="drafted tokens verified in one forward: lookup and model (exact), "
-                      "reuse (SPEC-RL's rule, not exact)", params=("draft_k", "draft_layers"),
+                      "reuse (SPEC-RL's rule, not exact)", fields=FIELDS, check=_check,
                  build=lambda cfg, ctx: [DraftHook(cfg)],
                  modules=("pipeline/decode", "pipeline/ppo/features/drafts.py")))

@@ -15,8 +15,9 @@ print(f([1.0, 1.0, 0.0, 2.0], [True] * 4, 2))"
 
 from __future__ import annotations
 
-from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
+from rlhf.pipeline.ranges import COUNT
 
 
 def flat_groups(scores: list[float], valid: list[bool], k: int, tol: float = 1e-6) -> list[int]:
@@ -90,10 +91,19 @@ def _build(cfg, ctx) -> list:
     return [DynamicSampling(cfg, ctx.prompts, ctx.tokenizer.pad_token_id)]
 
 
+FIELDS = (
+    ConfigField("dynamic_sampling_on", bool, False,
+                help="DAPO's dynamic sampling (features/dynamic_sampling.py), group estimators "
+                     'only: groups whose rewards do not vary are dropped after scoring and the '
+                     'batch refilled with fresh prompts, at most `dynamic_sampling_rounds` '
+                     'refills a step (every token generated is counted)'),
+    ConfigField("dynamic_sampling_rounds", int, 3, range=COUNT),
+)
+
 FEATURE = register(Feature(
-    "dynamic_sampling", {"dynamic_sampling_on": False},
+    "dynamic_sampling", ("dynamic_sampling_on",),
     help="DAPO dynamic sampling: drop prompt groups whose rewards do not vary, refill the batch",
-    params=("dynamic_sampling_rounds",), build=_build,
+    fields=FIELDS, build=_build,
     counters=("groups_flat", "rollouts_refilled"),
     after=("entropy_prune", "resample", "escalation", "human_queue", "rm_evolution"),
     modules=("pipeline/ppo/features/dynamic_sampling.py",)))

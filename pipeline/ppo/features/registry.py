@@ -1,7 +1,9 @@
 """The feature registry: every rollout-economy feature declares itself here, once.
 
-A `Feature` names its switch(es) and their plain-PPO (off) values, the other `PPOConfig` fields it
-owns, the inputs it reads (a declared artifact such as the pool's embeddings, resolved by a
+A `Feature` declares its `ppo:` keys (`ConfigField`s: type, default, range, help; `PPOConfig`
+gains them as fields, the params check and the config reference read them), names its
+switch(es), whose defaults are their plain-PPO (off) values, and its cross-field `check`; it
+names the inputs it reads (a declared artifact such as the pool's embeddings, resolved by a
 `FeatureContext`, never by a new `trainer.run` argument), the tables it writes, the counters it
 adds to `StepCost`, the features it must come after, and `build(cfg, ctx)`, which returns its
 hooks (hooks.py protocols). A feature that acts inside the loop's math (the λ-ε table, adaptive
@@ -11,8 +13,10 @@ PPO's and the benchmark knows its code.
 Everything that used to be kept by hand derives from the registry: the hooks the trainer runs
 (`build_hooks`), `PLAIN_PPO` (`plain_values`), the `rlhf ppo` options of feature inputs and
 tables (cli/ppo.py), the trainer's table folders, and the benchmark's "which inputs does this
-arm read" (`input_switches`). Adding a feature is one module with one `register(Feature(...))`
-call (+ its tests); trainer.py does not change.
+arm read" (`input_switches`); PPOConfig's fields, ranges and config reference derive from
+the features' `ConfigField`s (config.py). Adding a feature is one module with one
+`register(Feature(...))` call, its import in features/__init__.py and its keys in params.yaml
+(+ its tests); trainer.py, config.py and ranges.py do not change.
 
     python -c "from rlhf.pipeline.ppo.features import FEATURES; print(list(FEATURES))"
 """
@@ -60,27 +64,40 @@ class Table:
 
 @dataclass(frozen=True)
 class ConfigField:
-    """A `ppo:` key of a feature defined outside `PPOConfig` (its switch or a parameter)."""
+    """A `ppo:` key a feature declares next to its code: PPOConfig gains it as a field (config.py),
+    the params check reads its type and `range` (a pipeline/ranges.py `Range`, or a tuple of them
+    for a table's columns; None: any finite number), the config reference its `help`. A switch's
+    default is its plain-PPO (off) value."""
     name: str
-    type: type
+    type: Any
     default: Any
     help: str = ""
+    range: Any = None
 
 
 @dataclass(frozen=True)
 class Feature:
     name: str
-    switches: Mapping[str, Any]  # PPOConfig field -> its plain-PPO (off) value
+    # its switches: their names (the off value is the field's default) or {name: off value}
+    switches: Mapping[str, Any] | tuple[str, ...]
     help: str = ""
-    params: tuple[str, ...] = ()  # other PPOConfig fields it owns
     build: Callable[[Any, FeatureContext], list] | None = None  # its hooks; None: in the loop
     inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # key -> switches ((): all)
     tables: tuple[Table, ...] = ()
     counters: tuple[str, ...] = ()  # the StepCost.count names it adds
     after: tuple[str, ...] = ()  # features whose hooks come first (and are in ctx.built)
     modules: tuple[str, ...] = ()  # its code, repository paths (benchmark dependencies)
-    fields: tuple[ConfigField, ...] = ()  # its keys that PPOConfig does not declare
+    fields: tuple[ConfigField, ...] = ()  # every `ppo:` key it owns, switches included
+    # the ppo key its fields follow in PPOConfig's field order (the order of `asdict`, so of the
+    # checkpoints' trainer_state.json, and of the config reference); None: after the others
+    follows: str | None = None
+    check: Callable[[Any], None] | None = None  # cross-field rules: raises ConfigError
     active: Callable[[Any], bool] | None = None  # on-rule, else "a switch is off its plain value"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.switches, Mapping):  # names: off values are the fields' defaults
+            declared = {c.name: c.default for c in self.fields}
+            object.__setattr__(self, "switches", {k: declared.get(k) for k in self.switches})
 
     def on(self, cfg) -> bool:
         if self.active is not None:
@@ -88,7 +105,7 @@ class Feature:
         return any(getattr(cfg, k) != v for k, v in self.switches.items())
 
     def owned(self) -> tuple[str, ...]:
-        return tuple(self.switches) + self.params + tuple(f.name for f in self.fields)
+        return tuple(dict.fromkeys([*self.switches, *(c.name for c in self.fields)]))
 
 
 FEATURES: dict[str, Feature] = {}
@@ -104,6 +121,15 @@ def register(feature: Feature) -> Feature:
     if clash:
         raise ValueError(f"feature {feature.name!r}: ppo key(s) {', '.join(clash)} already "
                          f"belong to {', '.join(sorted({taken[k] for k in clash}))}")
+    declared = {c.name: c for c in feature.fields}
+    bare = [k for k in feature.switches if k not in declared]
+    if bare:
+        raise ValueError(f"feature {feature.name!r}: switch(es) {', '.join(bare)} declare no "
+                         f"ConfigField")
+    moved = [k for k, v in feature.switches.items() if declared[k].default != v]
+    if moved:
+        raise ValueError(f"feature {feature.name!r}: switch(es) {', '.join(moved)} must default "
+                         f"to their plain-PPO value")
     unknown = sorted(set(feature.inputs) - set(INPUTS))
     if unknown:
         raise ValueError(f"feature {feature.name!r} reads unregistered input(s) {unknown}")
@@ -149,8 +175,9 @@ def plain_values() -> dict[str, Any]:
     return {k: v for f in ordered() for k, v in f.switches.items()}
 
 
-def extension_fields() -> dict[str, ConfigField]:
-    """The `ppo:` keys registered features add to PPOConfig's own."""
+def declared_fields() -> dict[str, ConfigField]:
+    """Every `ppo:` key registered features declare (config.py: those registered before PPOConfig
+    was built are its fields; a later one's keys live in `PPOConfig.extra`)."""
     return {c.name: c for f in FEATURES.values() for c in f.fields}
 
 

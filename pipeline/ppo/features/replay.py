@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import random
 
-from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
+from rlhf.pipeline.ranges import COUNT, Range
 
 # the per-token fields a stored row keeps (what the log-prob pass computed when it was generated)
 TOKEN_FIELDS = ("logprobs", "ref_logprobs", "kl", "entropy")
@@ -145,7 +147,6 @@ class ReplayBuffer(HookBase):
 
 def _build(cfg, ctx) -> list:
     from accelerate import PartialState
-    from rlhf.pipeline.config import ConfigError
 
     if PartialState().num_processes > 1:
         raise ConfigError("ppo.replay_on runs in one process (a checkpoint saves the main "
@@ -154,8 +155,34 @@ def _build(cfg, ctx) -> list:
                          ctx.tokenizer.pad_token_id)]
 
 
-register(Feature("replay", {"replay_on": False},
+def _check(cfg) -> None:
+    """A step replays 1 to batch_size - 1 rows (fresh rollouts keep filling the buffer)."""
+    if not cfg.replay_on:
+        return
+    n = round(cfg.replay_fraction * cfg.batch_size)
+    if not 1 <= n < cfg.batch_size:
+        raise ConfigError(f"ppo.replay_fraction x ppo.batch_size must round to between 1 and "
+                          f"batch_size - 1 rows, got {cfg.replay_fraction} x {cfg.batch_size}")
+    if cfg.replay_size < n:
+        raise ConfigError(f"ppo.replay_size ({cfg.replay_size}) must hold at least the "
+                          f"{n} rows a step replays")
+    if cfg.advantage_estimator != "gae" or cfg.group_size != 1:
+        raise ConfigError("ppo.replay_on needs advantage_estimator gae with group_size 1 "
+                          "(a group estimator compares fresh samples of one prompt)")
+
+
+FIELDS = (
+    ConfigField("replay_on", bool, False,
+                help="seed 000 §2.2's replay buffer (features/replay.py): once it holds enough, "
+                     'round( `replay_fraction` x batch_size) rows of each step are drawn from the'
+                     ' last `replay_size` valid rollouts and trained with their stored old '
+                     "log-probs (the seed's buffer: 2,000)"),
+    ConfigField("replay_size", int, 2000, range=COUNT),
+    ConfigField("replay_fraction", float, 0.5, range=Range(0, 1, lo_open=True, hi_open=True)),
+)
+
+register(Feature("replay", ("replay_on",),
                  help="seed 000 §2.2's replay buffer: part of each batch drawn from old rollouts, "
                       "trained with their stored old log-probs",
-                 params=("replay_size", "replay_fraction"), build=_build,
+                 fields=FIELDS, check=_check, build=_build,
                  modules=("pipeline/ppo/features/replay.py",)))

@@ -27,13 +27,15 @@ Every strong-RM and light-RM call the check makes is added to the step's cost.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from rlhf.pipeline.ppo.features.registry import Feature, register
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
 from rlhf.pipeline.ppo.scoring import scorer_identity
+from rlhf.pipeline.ranges import COUNT, FRACTION_LT1, Range
 
 
 def relative_drop(reference: float, current: float) -> float:
@@ -235,12 +237,39 @@ def _build(cfg, ctx) -> list:
     return [RMEvolution(cfg, ctx.light_scorer, strong, smap, human)]
 
 
+FIELDS = (
+    ConfigField("rm_gate_mask_on", bool, False,
+                help='RM evolution (seed 000 §3.4, §5.1; pipeline/ppo/features/rm_evolution.py). '
+                     "rm_gate_mask_on: a sample whose final confidence is below the light RM's "
+                     "gate (0.6) and that Level 2 did not re-score is kept out of the step's "
+                     'update and queued for fine-tuning.'),
+    ConfigField("rm_evolve_on", bool, False,
+                help='rm_evolve_on: every `rm_check_every` steps, `rm_check_samples` samples of '
+                     'the current policy from the last steps are labelled (human labels where the'
+                     ' queue has them, else the strong RM through the score map) and the light '
+                     "RM's Spearman against those labels is compared with its first check's; a "
+                     "relative drop above `rm_drop` (or the reward-collapse detector's "
+                     'rm_refresh) fine-tunes the light RM on the queue and those labels '
+                     '(`rm_finetune_epochs` at `rm_finetune_lr`) and hot-swaps it (a new '
+                     'rm_version)'),
+    ConfigField("rm_label_source", Literal["strong", "annotators"], "strong",
+                help='who labels a check\'s samples: "strong" (the strong RM through the score '
+                     'map; the human queue\'s labels where it has them) or "annotators" (the '
+                     "world's annotator pool labels every check sample: human labels, counted as "
+                     'human_rm_calls and stored in `human_labels`)'),
+    ConfigField("rm_check_every", int, 10, range=COUNT),
+    ConfigField("rm_check_samples", int, 48, range=Range(4, why="a Spearman needs samples")),
+    ConfigField("rm_drop", float, 0.05, range=FRACTION_LT1),
+    ConfigField("rm_queue_max", int, 256, range=COUNT),
+    ConfigField("rm_finetune_epochs", int, 2, range=COUNT),
+    ConfigField("rm_finetune_lr", float, 0.0001, range=Range(0, 1, lo_open=True, hi_open=True)),
+)
+
 FEATURE = register(Feature(
-    "rm_evolution", {"rm_gate_mask_on": False, "rm_evolve_on": False},
+    "rm_evolution", ("rm_gate_mask_on", "rm_evolve_on"),
     help="the light RM that evolves: a confidence-gate loss mask, Spearman checks and fine-tunes "
          "(seed 000 §3.4, §5.1)",
-    params=("rm_label_source", "rm_check_every", "rm_check_samples", "rm_drop", "rm_queue_max",
-            "rm_finetune_epochs", "rm_finetune_lr"),
+    fields=FIELDS, follows="critic_kl_reg_coef",
     build=_build, inputs={"strong_reward": ("rm_evolve_on",), "score_map": ("rm_evolve_on",)},
     after=("escalation", "human_queue"),
     modules=("pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py")))

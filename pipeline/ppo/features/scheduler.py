@@ -55,12 +55,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from rlhf.pipeline.ppo.features.registry import Feature, Table, register
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, Table, register
 from rlhf.pipeline.ppo.hooks import HookBase
+from rlhf.pipeline.ranges import COUNT, POS, PROB, Range
 
 NAME = "prompt_scheduler"
 
@@ -353,13 +355,54 @@ def _build(cfg, ctx) -> list:
     return [PromptScheduler(cfg, *ctx.get("embeddings", "ppo.schedule_on"))]
 
 
+def _check(cfg) -> None:
+    """The rules across the scheduler's keys (each key's own range is in FIELDS)."""
+    if not cfg.schedule_min_low <= cfg.schedule_neighbours:
+        raise ConfigError(f"ppo.schedule_min_low must be in [1, ppo.schedule_neighbours = "
+                          f"{cfg.schedule_neighbours}], got {cfg.schedule_min_low}")
+    if not cfg.schedule_high >= cfg.schedule_low:
+        raise ConfigError(f"ppo.schedule_high must be >= ppo.schedule_low "
+                          f"({cfg.schedule_low}), got {cfg.schedule_high}")
+    if cfg.schedule_scale == "standardised" and cfg.schedule_low >= 1.0:
+        raise ConfigError(f"ppo.schedule_low must be < 1 with ppo.schedule_scale "
+                          f"standardised (a share of the run's reward variance), "
+                          f"got {cfg.schedule_low}")
+
+
+FIELDS = (
+    ConfigField("schedule_on", bool, False,
+                help='rollout economy II: the prompt-embedding rollout scheduler (seed 001 §4.3, '
+                     'pipeline/ppo/features/scheduler.py; `rlhf ppo --embeddings`). For a '
+                     'candidate prompt, its `schedule_neighbours` nearest historical prompts '
+                     "(MiniLM cosine; itself first when it has history); a prompt's variance is "
+                     'the sample variance of its last `schedule_window` rewards (>= 2 needed). If'
+                     ' >= `schedule_min_low` of them are below `schedule_low` -> skip (estimate: '
+                     "the neighbours' mean reward), unless exploration retries it; neighbours' "
+                     'mean variance above `schedule_high` -> roll out and mark its topic cluster '
+                     'high-uncertainty. A prompt never rolled out is always rolled out (cold '
+                     'start).'),
+    ConfigField("schedule_neighbours", int, 10, range=COUNT),
+    ConfigField("schedule_min_low", int, 7, range=COUNT),
+    ConfigField("schedule_low", float, 0.3, range=POS),
+    ConfigField("schedule_high", float, 0.8, range=POS),
+    ConfigField("schedule_scale", Literal["standardised", "raw"], "standardised",
+                help='"standardised": variances over the run\'s reward variance (every prompt\'s '
+                     'last `schedule_window` rewards pooled), so 0.3 / 0.8 mean the same for any '
+                     'RM; "raw": the RM\'s own units (the seed\'s literal numbers were on a 0-5 RM '
+                     'scale)'),
+    ConfigField("schedule_window", int, 4, range=Range(2, why="a variance needs two rewards")),
+    ConfigField("schedule_explore_base", float, 0.05, range=PROB,
+                help='exploration (GRESO-like, seed 000 §2.2 staleness): a prompt the rule skips '
+                     'is rolled out anyway with probability min(1, base + steps since its last '
+                     'rollout / horizon)'),
+    ConfigField("schedule_explore_horizon", int, 50, range=COUNT),
+)
+
 FEATURE = register(Feature(
-    NAME, {"schedule_on": False},
+    NAME, ("schedule_on",),
     help="rollout economy II: skip prompts whose neighbourhood's rewards stopped varying "
          "(seed 001 §4.3)",
-    params=("schedule_neighbours", "schedule_min_low", "schedule_low", "schedule_high",
-            "schedule_scale", "schedule_window", "schedule_explore_base",
-            "schedule_explore_horizon"),
+    fields=FIELDS, check=_check,
     build=_build, inputs={"embeddings": ()},
     tables=(Table("schedule", "every rollout-scheduler decision (rlhf audit schedule)"),),
     modules=("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py")))

@@ -13,11 +13,15 @@ print(t([True, True], [0.1, -2.0], [0.9, 0.3], 0.6, -1.0, None, None))"
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-from rlhf.pipeline.ppo.features.registry import Feature, Table, register
+from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, Table, register
 from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
+from rlhf.pipeline.ranges import COUNT, FRACTION_LT1, NONNEG, PROB, Range
 
 
 TRIGGERS = ("confidence", "low_score", "high_risk", "uncertain_cluster")
@@ -249,25 +253,81 @@ def _human_queue(cfg, ctx) -> list:
                                                    "ppo.rm_label_source annotators"))]
 
 
+def level2_on(cfg) -> bool:
+    """Whether any Level-2 trigger is on (escalation needs a strong RM then)."""
+    return (cfg.escalate_below > 0 or cfg.escalate_score_quantile > 0 or cfg.escalate_high_risk
+            or cfg.escalate_uncertain)
+
+
+def _check_escalation(cfg) -> None:
+    if cfg.escalate_uncertain and not cfg.schedule_on:
+        raise ConfigError("ppo.escalate_uncertain reads the rollout scheduler's "
+                          "high-uncertainty clusters: it needs ppo.schedule_on")
+
+
+ROUTE_BUDGET_FIELDS = (
+    ConfigField("route_budget_on", bool, False,
+                help="Level 0: generate at most the route's token budget for each prompt (router "
+                     'section of params.yaml, `rlhf ppo --routes`; max_new_tokens stays the '
+                     'ceiling)'),
+)
+ESCALATION_FIELDS = (
+    ConfigField("escalate_below", float, 0.0, range=PROB,
+                help='seed 001 §4.1 Level-2 escalation: a valid rollout whose light-RM confidence'
+                     ' is below this is re-scored by the strong RM (`rlhf ppo --strong-reward`) '
+                     'and PPO uses the strong score. The seed triggers Level 2 on a low score or '
+                     "a high-risk topic; we use the RM's own doubt, the confidence gate of seed "
+                     '000 §3.4 (0.6). 0 = never (and no strong RM: never).'),
+    ConfigField("escalate_score_quantile", float, 0.0, range=FRACTION_LT1,
+                help="Level 2's other triggers (pipeline/ppo/features/tiers.py). A valid rollout "
+                     'also escalates when its light-RM score is below the '
+                     '`escalate_score_quantile` quantile of the Level-1 scores of the last '
+                     "`escalate_window` steps and this one (the seed's 3.2 / 5.0 as a quantile of"
+                     " the run's own distribution; 0 = off), when Level 0 routes its prompt as a "
+                     'high-risk topic (`escalate_high_risk`, `rlhf ppo --routes`), or when its '
+                     'topic cluster is one the rollout scheduler marked high-uncertainty '
+                     '(`escalate_uncertain`, needs ppo.schedule_on). At most `escalate_max_share`'
+                     ' of a batch escalates (the lowest light scores first; seed: < 7%).'),
+    ConfigField("escalate_high_risk", bool, False),
+    ConfigField("escalate_uncertain", bool, False),
+    ConfigField("escalate_window", int, 20, range=COUNT),
+    ConfigField("escalate_max_share", float, 1.0, range=Range(0, 1, lo_open=True)),
+    ConfigField("escalate_map", Literal["none", "fitted"], "none",
+                help='"fitted": an escalated sample\'s strong score goes through the '
+                     'strong-to-light score map the reward stage fitted '
+                     '(rm_strong/score_map.json; pipeline/reward/score_map.py), so it is on its '
+                     'batch-mates\' light-RM scale; "none": the strong RM\'s own scale (two scales '
+                     'in a batch)'),
+)
+HUMAN_QUEUE_FIELDS = (
+    ConfigField("human_labels_per_step", int, 0, range=NONNEG,
+                help='the human queue: up to this many Level-2 samples a step (lowest light '
+                     "scores first) are labelled by the world's annotator pool (params.yaml "
+                     'preferences.annotators; `rlhf ppo --human-labels`), stored with annotator '
+                     'and time in `human_labels`, and feed RM evolution'),
+)
+
 ROUTE_BUDGET = register(Feature(
-    "route_budget", {"route_budget_on": False},
+    "route_budget", ("route_budget_on",),
     help="Level 0: generate at most the route's token budget for each prompt (seed 001 §4.1)",
+    fields=ROUTE_BUDGET_FIELDS, follows="human_labels_per_step",
     build=_route_budget, inputs={"routes": ()}, modules=("pipeline/ppo/features/tiers.py",
                                                          "pipeline/router.py")))
 ESCALATION = register(Feature(
-    "escalation", {"escalate_below": 0.0, "escalate_score_quantile": 0.0,
-                   "escalate_high_risk": False, "escalate_uncertain": False,
-                   "escalate_map": "none"},
+    "escalation", ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
+                   "escalate_uncertain", "escalate_map"),
     help="Level 2: re-score the rollouts a trigger picks with the strong RM (seed 001 §4.1)",
-    params=("escalate_window", "escalate_max_share"), build=_escalation,
+    fields=ESCALATION_FIELDS, follows="critic_kl_reg_coef", check=_check_escalation,
+    build=_escalation,
     inputs={"strong_reward": ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
                               "escalate_uncertain"),
             "score_map": ("escalate_map",), "routes": ("escalate_high_risk",)},
-    after=("prompt_scheduler", "resample"), active=lambda cfg: cfg.level2_on,
+    after=("prompt_scheduler", "resample"), active=level2_on,
     modules=("pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py")))
 HUMAN_QUEUE = register(Feature(
-    "human_queue", {"human_labels_per_step": 0},
+    "human_queue", ("human_labels_per_step",),
     help="the human queue: the annotator pool labels a few Level-2 samples a step",
+    fields=HUMAN_QUEUE_FIELDS, follows="critic_kl_reg_coef",
     build=_human_queue, inputs={"annotators": ()},
     tables=(Table("human_labels", "the human queue's annotator labels (rlhf audit annotators)"),),
     after=("escalation",),
