@@ -249,7 +249,7 @@ class NativeGenerator(Generator):
                                keep_logits=keep_logits)
 
 
-ENGINES = ("hf", "native", "vllm")
+ENGINES = ("hf", "native", "static", "vllm")
 
 
 def get_generator(name: str) -> Generator:
@@ -260,6 +260,10 @@ def get_generator(name: str) -> Generator:
         return HFGenerator()
     if name == "native":
         return NativeGenerator()
+    if name == "static":
+        from rlhf.pipeline.decode.static import StaticGenerator
+
+        return StaticGenerator()
     if name == "vllm":
         try:
             import vllm  # noqa: F401
