@@ -236,3 +236,67 @@ def test_the_engine_by_name_and_a_bad_k():
     assert get_generator("static").name == "static"
     with pytest.raises(ConfigError, match="check_every"):
         StaticGenerator(check_every=0)
+
+
+# ------------------------------------------------------------------ the old-log-prob guard
+def _rollout(model, tok, engine="static"):
+    from rlhf.pipeline.ppo.config import PPOConfig
+    from rlhf.pipeline.ppo.generate import generate_rollout
+
+    cfg = PPOConfig(engine=engine, temperature=0.8, top_p=0.95, max_new_tokens=6,
+                    max_prompt_tokens=16, kl_estimator="k3")
+    torch.manual_seed(1)
+    batch = [(f"p{i}", p) for i, p in enumerate(PROMPTS[:6])]
+    return generate_rollout(model, tok, batch, cfg, "v0", "cpu"), cfg
+
+
+def test_guard_reuses_the_engines_logprobs_within_tolerance(models, tok):
+    """fp32 on a CPU: the static engine's log-probs pass the check and are reused; the check's
+    forward is counted; it is due every `every` opportunities and takes no global RNG draw."""
+    from rlhf.pipeline.decode.logprob_guard import LogprobGuard
+    from rlhf.pipeline.ppo.accounting import StepCost
+    from rlhf.pipeline.ppo.generate import forward_logprobs
+
+    model = models["llama"]
+    guard = LogprobGuard(every=2, rows=3, tol=1e-5)
+    for step in range(3):
+        r, cfg = _rollout(model, tok)
+        cost, state = StepCost(), torch.get_rng_state()
+        forward_logprobs(model, models["qwen2"], r, cfg, cost, guard)
+        assert torch.equal(state, torch.get_rng_state())
+        assert cost.logprob_passes_saved == 1 and "logprob_guard_failures" not in cost.features
+        assert cost.features.get("logprob_guard_checks", 0) == (step % 2 == 0)
+    assert guard.last.ok and guard.last.rows == 3 and guard.last.max < 1e-5
+
+
+def test_guard_falls_back_to_the_trainers_pass_on_a_mismatch(models, tok):
+    """Engine log-probs off by 0.01 (what a bf16 decode kernel may give): a warning, the counter,
+    the trainer's own pass, and a check at every step until one passes."""
+    from rlhf.pipeline.decode.logprob_guard import LogprobGuard, LogprobMismatch
+    from rlhf.pipeline.ppo.accounting import StepCost
+    from rlhf.pipeline.ppo.generate import forward_logprobs
+
+    model = models["llama"]
+    guard = LogprobGuard(every=10, rows=2, tol=1e-3)
+    r, cfg = _rollout(model, tok)
+    r.extras["sampled"]["logprobs"] = r.extras["sampled"]["logprobs"] + 0.01
+    cost = StepCost()
+    with pytest.warns(LogprobMismatch, match="old-log-prob pass runs"):
+        forward_logprobs(model, models["qwen2"], r, cfg, cost, guard)
+    assert cost.features["logprob_guard_failures"] == 1 and cost.logprob_passes_saved == 0
+    assert not guard.trusted and abs(guard.last.mean - 0.01) < 1e-4
+    want = token_logprobs(response_logits(model, r.query, r.query_mask, r.response,
+                                          r.response_mask, cfg.temperature), r.response)
+    assert torch.equal(r.logprobs, want)
+    r, cfg = _rollout(model, tok)
+    cost = StepCost()
+    forward_logprobs(model, models["qwen2"], r, cfg, cost, guard)  # not due, but untrusted
+    assert cost.features["logprob_guard_checks"] == 1 and guard.trusted
+    assert cost.logprob_passes_saved == 1
+
+
+def test_guard_rejects_bad_settings():
+    from rlhf.pipeline.decode.logprob_guard import LogprobGuard
+
+    with pytest.raises(ValueError, match="rows >= 1"):
+        LogprobGuard(every=1, rows=0, tol=1e-3)

@@ -172,7 +172,7 @@ class _Run:
         """Per-row stopping criteria on the ids after this step's token (eager)."""
         if not self.criteria:
             return
-        seq = torch.cat([self.ids, self.out[:, : self.t]], 1)
+        seq = torch.cat([self.ids, self.out[:, : self.t + 1]], 1)  # with this step's token
         stop = torch.zeros(self.B, dtype=torch.bool, device=self.dev)
         for c in self.criteria:
             stop |= torch.as_tensor(c(seq, self._scores), device=self.dev).expand(self.B).bool()

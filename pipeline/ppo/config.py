@@ -227,7 +227,14 @@ class PPOConfig:
     # pipeline/generation.py get_generator: "hf" (model.generate: every row lives until the
     # batch's last one ends), "native" (pipeline/engine.py: a stopped row leaves the batch, and
     # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
-    engine: Literal["hf", "native", "vllm"] = "hf"
+    engine: Literal["hf", "native", "static", "vllm"] = "hf"
+    # --- issue 48 §4: the old-log-prob guard (pipeline/decode/logprob_guard.py) --- every
+    # `logprob_guard_every` steps whose engine log-probs would be reused, `logprob_guard_rows`
+    # rows are recomputed by the trainer's forward; above `logprob_guard_tol` (max |delta log p|)
+    # the trainer runs its own pass (0 = off: the engine's log-probs are trusted)
+    logprob_guard_every: int = 0
+    logprob_guard_rows: int = 4
+    logprob_guard_tol: float = 1e-3
     # pipeline/drafters.py, native only: "lookup" (n-gram drafts from the context and recent
     # responses, verified exactly), "model" (the policy's own first `draft_layers` layers with
     # its head draft from a distribution q, verified exactly: pipeline/draft_model.py), "reuse"
