@@ -24,7 +24,8 @@
 # set-up); the default, all, runs every step as before.
 #
 # Results go to $OUT (at most 8 files): device.log (all output), deps.txt, ppo_run.tgz (the PPO
-# run's log, summary, metrics, timings, params), engine_gpu.json, engine_gpu_b256.json. The last
+# run's log, summary, metrics, timings, params), engine_gpu.json, logprob_mismatch.json,
+# engine_gpu_b256.json. The last
 # lines printed are a table: each step ok / FAIL / SKIP, with its seconds and reason. Exit status:
 # 0 when every step ran ok, else 1 (the later steps still run).
 #
@@ -443,6 +444,14 @@ EOF
     local rc=$?
     row engine FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap1}s)")"
     return
+  fi
+  t=$SECONDS  # issue 48 §4: the engines' old log-probs against the trainer's forward, this dtype
+  if timeout "$(limit 60 5)" "$PY" bench/logprob_mismatch.py --policy "$WORK/policy" \
+      --device "$DEV" --dtype "$DTYPE" --batch 16 --max-new-tokens "$NEW" \
+      --json "$OUT/logprob_mismatch.json"; then
+    row mismatch ok $((SECONDS - t)) "logprob_mismatch.json"
+  else
+    row mismatch FAIL $((SECONDS - t)) "exit $?"
   fi
   t=$SECONDS
   local cap2
