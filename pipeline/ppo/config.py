@@ -226,7 +226,8 @@ class PPOConfig:
     # --- rollout engine ---
     # pipeline/generation.py get_generator: "hf" (model.generate: every row lives until the
     # batch's last one ends), "native" (pipeline/engine.py: a stopped row leaves the batch, and
-    # the sampled tokens' log-probs replace the old-log-prob forward), "vllm" (not built yet)
+    # the sampled tokens' log-probs replace the old-log-prob forward), "static" (pipeline/decode/
+    # static.py: static shapes, a CUDA graph per batch bucket; docs/engine.md), "vllm" (not built)
     engine: Literal["hf", "native", "static", "vllm"] = "hf"
     # --- issue 48 §4: the old-log-prob guard (pipeline/decode/logprob_guard.py) --- every
     # `logprob_guard_every` steps whose engine log-probs would be reused, `logprob_guard_rows`
