@@ -94,7 +94,7 @@ def prompts_of(tok, batch: int, vocab: int, seed: int):
 
 
 def run(variant, model, tok, enc, sampling, k, old, draft_layers=0):
-    if variant in VARIANTS:  # issue 48's: bench/engine_variants.py
+    if variant in VARIANTS:  # bench/engine_variants.py
         return run_variant(variant, model, tok, enc, sampling)
     if variant in ("hf", "native"):
         return get_generator(variant).generate(model, tok, enc, sampling)
@@ -227,7 +227,7 @@ def main() -> None:
                 peak_v[v] = torch.cuda.max_memory_allocated(dev) / 2**30
         variants = tuple(v for v in variants if v not in failed)
         counts = {v: [] for v in variants}
-        steps = {v: [] for v in variants}  # issue 48 §5: per-run step figures
+        steps = {v: [] for v in variants}  # per-run step figures
         secs = {v: [] for v in variants}
         secs_lp = {v: [] for v in variants}  # generation + the old-log-prob pass where it runs
         for rep in range(args.repeats):

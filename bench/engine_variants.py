@@ -1,7 +1,7 @@
-"""The issue-48 variants of bench/engine.py: the static engine (pipeline/decode/static.py),
+"""The static-shape and library variants of bench/engine.py: the static engine (pipeline/decode/static.py),
 model.generate with transformers' static cache (eager, or compiled on CUDA), and transformers'
 continuous batching (`generate_batch`, paged attention), each returned as a `Generated`; and
-the per-variant figures §5 asks for (ms per decode step, tokens/s, host syncs per step, shapes,
+the per-variant step figures (ms per decode step, tokens/s, host syncs per step, shapes,
 captures, peak memory).
 
     RLHF_TORCH_THREADS=1 .venv/bin/python bench/engine.py --variants hf native static hf-static \

@@ -1,4 +1,4 @@
-"""Issue 48 §4: how far an engine's old log-probs are from the trainer's forward over the same
+"""How far an engine's old log-probs are from the trainer's forward over the same
 tokens (what the old-log-prob guard, pipeline/decode/logprob_guard.py, checks at run time):
 mean and max |delta log p| over the response tokens, and the PPO ratio exp(trainer - engine) at
 the first epoch (1 when they agree), per engine, one sampled batch.

@@ -131,7 +131,7 @@ RANGES: dict[str, dict[str, Spec]] = {
         "resample_sigma": Range(0, 5), "resample_low_frac": PROB, "resample_max_share": PROB,
         "group_size": COUNT, "dynamic_sampling_rounds": COUNT, "draft_k": COUNT,
         "draft_layers": NONNEG,
-        # issue 48 §4: the old-log-prob guard
+        # the old-log-prob guard
         "logprob_guard_every": NONNEG, "logprob_guard_rows": COUNT, "logprob_guard_tol": POS,
         "replay_size": COUNT, "replay_fraction": Range(0, 1, lo_open=True, hi_open=True),
     },

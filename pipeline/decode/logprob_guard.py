@@ -1,4 +1,4 @@
-"""The run-time check that lets the PPO trainer reuse an engine's old log-probs (issue 48 §4).
+"""The run-time check that lets the PPO trainer reuse an engine's old log-probs.
 
 An engine that returns the sampled tokens' log-probs (native, static) saves the trainer's
 old-log-prob forward. That is only sound while those log-probs are the trainer's: in bf16 on a

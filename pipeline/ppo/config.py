@@ -229,7 +229,7 @@ class PPOConfig:
     # the sampled tokens' log-probs replace the old-log-prob forward), "static" (pipeline/decode/
     # static.py: static shapes, a CUDA graph per batch bucket; docs/engine.md), "vllm" (not built)
     engine: Literal["hf", "native", "static", "vllm"] = "hf"
-    # --- issue 48 §4: the old-log-prob guard (pipeline/decode/logprob_guard.py) --- every
+    # --- the old-log-prob guard (pipeline/decode/logprob_guard.py) --- every
     # `logprob_guard_every` steps whose engine log-probs would be reused, `logprob_guard_rows`
     # rows are recomputed by the trainer's forward; above `logprob_guard_tol` (max |delta log p|)
     # the trainer runs its own pass (0 = off: the engine's log-probs are trusted)
