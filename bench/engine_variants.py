@@ -108,6 +108,8 @@ def step_figures(variant: str, made: Generated, seconds: float, tokens: int, syn
         st = STATIC.last_stats
         out.update(shapes=len(set(st.shapes)), captures=st.captures,
                    max_wait=st.max_wait, dead_slot_steps=st.dead_slot_steps)
+        if st.capture_error:
+            print(f"static: no CUDA graph ({st.capture_error}); the step ran eager")
         if syncs is None:
             out["syncs_per_step"] = st.host_syncs / max(st.steps, 1)
     return out

@@ -65,6 +65,7 @@ class StaticStats:
     captures: int = 0         # CUDA graphs captured (0 on a CPU: eager)
     max_wait: int = 0         # most steps a stopped row waited for the host to see it
     dead_slot_steps: int = 0  # slot-steps computed for rows that had stopped
+    capture_error: str | None = None  # why a CUDA graph could not be captured (then eager)
 
 
 class _Bucket:
@@ -194,10 +195,16 @@ class _Run:
             with torch.cuda.stream(stream):
                 out = body()
             torch.cuda.current_stream().wait_stream(stream)
-            b.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(b.graph):  # records the step's kernels without running them
-                b.outputs = body()
-            self.stats.captures += 1
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):  # records the step's kernels without running them
+                    b.outputs = body()
+            except RuntimeError as exc:  # a host sync inside the model's forward: stay eager
+                self.graphs = False
+                self.stats.capture_error = str(exc).splitlines()[0][:200]
+            else:
+                b.graph = graph
+                self.stats.captures += 1
         else:
             b.graph.replay()
             out = b.outputs
