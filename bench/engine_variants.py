@@ -98,8 +98,8 @@ def count_syncs(device):
 
 
 def step_figures(variant: str, made: Generated, seconds: float, tokens: int, syncs) -> dict:
-    """Per run: ms per decode step, generated tokens/s, host syncs per step, the static
-    engine's shapes and captures."""
+    """Per run: ms per decode step (the generation's seconds, prefill included, over its decode
+    steps), generated tokens/s, host syncs per step, the static engine's shapes and captures."""
     steps = max(made.forwards - 1, 1)
     out = {"ms_per_step": 1000 * seconds / steps, "tokens_per_s": tokens / max(seconds, 1e-9),
            "syncs_per_step": None if syncs is None else syncs / steps,
