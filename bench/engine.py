@@ -45,6 +45,7 @@ import types
 from pathlib import Path
 
 import torch
+from engine_variants import VARIANTS, count_syncs, run_variant, step_figures
 from rlhf.pipeline.decode import (
     LookupDrafter,
     ModelDrafter,
@@ -95,6 +96,8 @@ def prompts_of(tok, batch: int, vocab: int, seed: int):
 
 
 def run(variant, model, tok, enc, sampling, k, old, draft_layers=0):
+    if variant in VARIANTS:  # bench/engine_variants.py
+        return run_variant(variant, model, tok, enc, sampling)
     if variant in ("hf", "native"):
         return get_generator(variant).generate(model, tok, enc, sampling)
     if variant == "native-model-calls":  # native with the model called every step
@@ -146,6 +149,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="torch device of the policy and batches")
     ap.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                     help="cast the policy to this dtype (default: as built or saved)")
+    ap.add_argument("--variants", nargs="+", default=None,
+                    choices=["hf", "native", "native-model-calls", *VARIANTS],
+                    help="the variants besides the drafters (default: hf native "
+                    "native-model-calls); hf always runs first (the ratios' base)")
     args = ap.parse_args()
     if args.prompts and not args.policy:
         ap.error("--prompts needs --policy (the tiny random Llama has no tokenizer)")
@@ -174,7 +181,8 @@ def main() -> None:
     if dev.type != "cpu":
         model = model.to(dev)
     sampling = Sampling(args.temperature, args.top_p, args.max_new_tokens)
-    variants = ("hf", "native", "native-model-calls", *(f"native+{d}" for d in args.drafts))
+    base = ["hf", *(v for v in args.variants or ("native", "native-model-calls") if v != "hf")]
+    variants = (*base, *(f"native+{d}" for d in args.drafts))
     report = {"command": "bench/engine.py " + " ".join(sys.argv[1:]),
               "policy": args.policy or "tiny random Llama (2 layers, hidden 64, vocab 256)",
               "prompts": args.prompts or ("synthetic" if args.policy else "random ids"),
@@ -203,11 +211,25 @@ def main() -> None:
         old_tokens = [cut_at_eos(g, tok.eos_token_id, tok.pad_token_id)
                       for g in prev.tokens.tolist()]
         old = (old_tokens, prev.sampled_logprobs.tolist())  # the distribution it was drawn from
-        for v in variants:  # warm-up, untimed: first calls pay one-off set-up costs
+        syncs, peak_v, failed = {}, {}, {}
+        for v in list(variants):  # warm-up, untimed: first calls pay one-off set-up costs
             torch.manual_seed(99)
-            old_logprob_pass(model, tok, enc, run(v, model, tok, enc, sampling, args.draft_k, old,
-                                                  args.draft_layers), args.temperature)
+            if on_gpu:
+                torch.cuda.reset_peak_memory_stats(dev)
+            try:
+                with count_syncs(dev) as box:
+                    made = run(v, model, tok, enc, sampling, args.draft_k, old, args.draft_layers)
+            except Exception as exc:  # a library path this install lacks: reported, not fatal
+                failed[v] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                print(f"variant {v} failed, left out: {failed[v]}")
+                continue
+            syncs[v] = box["syncs"] and box["syncs"] / max(made.forwards - 1, 1)
+            old_logprob_pass(model, tok, enc, made, args.temperature)
+            if on_gpu:
+                peak_v[v] = torch.cuda.max_memory_allocated(dev) / 2**30
+        variants = tuple(v for v in variants if v not in failed)
         counts = {v: [] for v in variants}
+        steps = {v: [] for v in variants}  # per-run step figures
         secs = {v: [] for v in variants}
         secs_lp = {v: [] for v in variants}  # generation + the old-log-prob pass where it runs
         for rep in range(args.repeats):
@@ -218,6 +240,9 @@ def main() -> None:
                 if on_gpu:
                     torch.cuda.synchronize(dev)  # the GPU's queued work counts in the seconds
                 secs[v].append(time.perf_counter() - t)
+                gen_n = sum(len(cut_at_eos(g, tok.eos_token_id, tok.pad_token_id))
+                            for g in made.tokens.tolist())
+                steps[v].append(step_figures(v, made, secs[v][-1], gen_n, syncs.get(v)))
                 lp_positions = old_logprob_pass(model, tok, enc, made, args.temperature)
                 if on_gpu:
                     torch.cuda.synchronize(dev)
@@ -261,6 +286,25 @@ def main() -> None:
                            "seconds_with_oldlp_median": round(statistics.median(s_lp), 4),
                            "seconds_with_oldlp_min": round(min(s_lp), 4),
                            "seconds_with_oldlp_max": round(max(s_lp), 4)}
+        print(f"{'variant':18s} {'ms/step':>8s} {'tok/s':>8s} {'syncs/step':>10s} {'shapes':>6s} "
+              f"{'captures':>8s} {'peak GiB':>8s} {'tok/s vs hf':>11s}")
+        for v in variants:
+            med = {k: statistics.median(f[k] for f in steps[v]) if steps[v][0].get(k) is not None
+                   else None for k in steps[v][0]}
+            med["syncs_per_step"] = syncs.get(v) if syncs.get(v) is not None \
+                else med["syncs_per_step"]
+            med["peak_gib"] = round(peak_v[v], 3) if v in peak_v else None
+            med["tokens_per_s_vs_hf"] = [round(a["tokens_per_s"] / b["tokens_per_s"], 3)
+                                         for a, b in zip(steps[v], steps["hf"])]
+            rows_out[v]["step"] = {k: (round(x, 4) if isinstance(x, float) else x)
+                                   for k, x in med.items()}
+            show = lambda x, f: f"{'-':>{f[:-1].split('.')[0]}s}" if x is None else format(x, f)
+            print(f"{v:18s} {show(med['ms_per_step'], '8.2f')} {show(med['tokens_per_s'], '8.0f')} "
+                  f"{show(med['syncs_per_step'], '10.2f')} {show(med['shapes'], '6.0f')} "
+                  f"{show(med['captures'], '8.0f')} {show(med['peak_gib'], '8.3f')} "
+                  f"{statistics.median(med['tokens_per_s_vs_hf']):11.2f}")
+        if failed:
+            rows_out["failed"] = failed
         hf_lp = statistics.median(secs_lp["hf"])
         for v in variants[1:]:  # the goal's ratio: generation + old-log-prob pass, against hf
             ratios = [a / b for a, b in zip(secs_lp[v], secs_lp["hf"])]  # per interleaved round

@@ -15,10 +15,17 @@
 #   E. engine    bench/engine.py on a random-weight policy of Qwen2-0.5B's shape (24 layers,
 #                hidden 896, 14/2 heads, vocab 151936, tied embeddings) built here with the tests'
 #                byte-level tokenizer (tests/tiny_world.py), bf16 on the GPU: batches 16 and 64,
-#                then 256 if time is left
+#                then 256 if time is left; the variants: hf, hf with the static
+#                cache compiled (CUDA graphs), transformers' continuous batching (generate_batch),
+#                native and static (pipeline/decode/static.py), with ms per step, tokens/s, host
+#                syncs per step, shapes, captures and peak memory per variant
+#
+# GPU_DEVICE_STEPS=engine runs A, B and E only (the engine figures: under 8 minutes with the
+# set-up); the default, all, runs every step as before.
 #
 # Results go to $OUT (at most 8 files): device.log (all output), deps.txt, ppo_run.tgz (the PPO
-# run's log, summary, metrics, timings, params), engine_gpu.json, engine_gpu_b256.json. The last
+# run's log, summary, metrics, timings, params), engine_gpu.json, logprob_mismatch.json,
+# engine_gpu_b256.json. The last
 # lines printed are a table: each step ok / FAIL / SKIP, with its seconds and reason. Exit status:
 # 0 when every step ran ok, else 1 (the later steps still run).
 #
@@ -26,6 +33,7 @@
 #   bash bench/gpu_device.sh --check-wheels KINDS.md  # here: their needs met by the image's list?
 #   GPU_DEVICE_REHEARSAL=1 bash bench/gpu_device.sh   # here: .venv, no installs, CPU, tiny shapes
 #   bash bench/gpu_device.sh                      # on the device (python3 = the image's torch)
+#   GPU_DEVICE_STEPS=engine bash bench/gpu_device.sh  # on the device: the engine figures only
 set -uo pipefail
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$SELF")/.."
@@ -209,10 +217,16 @@ export HF_DATASETS_OFFLINE=1 DS_BUILD_OPS=0
 if [[ $REHEARSAL == 1 ]]; then
   PY=${PYTHON:-.venv/bin/python}
   DEV=cpu DTYPE=float32 SHAPE=tiny BATCHES="4 8" REPEATS=2 NEW=12 BIG=16 MODE=--cpu
+  # a CPU cannot capture CUDA graphs (hf-static-compile) and generate_batch idles ~60 s a call
+  # there: the rehearsal runs the other variants through the same code
+  VARIANTS="hf hf-static native static"
 else
   PY=${PYTHON:-$(command -v python3)}
   DEV=cuda DTYPE=bfloat16 SHAPE=qwen2-0.5b BATCHES="16 64" REPEATS=3 NEW=64 BIG=256 MODE=
+  VARIANTS="hf hf-static-compile hf-batch native static"
 fi
+STEPS=${GPU_DEVICE_STEPS:-all}
+[[ $STEPS == all || $STEPS == engine ]] || { echo "GPU_DEVICE_STEPS: all or engine, got $STEPS"; exit 2; }
 PY=$("$PY" -c 'import sys; print(sys.executable)')  # absolute: gpu_check.sh finds torchrun beside it
 WORK=/tmp/gpu_device_work
 rm -rf "$WORK"; mkdir -p "$WORK"
@@ -294,6 +308,12 @@ EOF
     row deps ok $((SECONDS - t)) "imports ok; carried wheels' needs met"
   fi
 
+  if [[ $STEPS == engine ]]; then
+    row cpu_adam SKIP 0 "GPU_DEVICE_STEPS=engine"
+    row check SKIP 0 "GPU_DEVICE_STEPS=engine"
+    engine_step
+    return
+  fi
   # ---- C. cpu_adam
   say "C. DeepSpeed CPU Adam (JIT build)"
   t=$SECONDS
@@ -339,9 +359,13 @@ EOF
       params.yaml run/summary.json run/metrics.jsonl run/timings.jsonl 2>/dev/null)
   fi
 
+  engine_step
+}
+
+engine_step() {
   # ---- E. engine timing
   say "E. engine timing: random $SHAPE policy, $DEV $DTYPE"
-  t=$SECONDS
+  local t=$SECONDS
   if ! PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" timeout "$(limit 90 20)" "$PY" - \
       "$WORK/policy" "$DEV" "$SHAPE" <<'EOF'
 import json
@@ -373,7 +397,7 @@ with torch.device(device):
 # (bench/engine.py's tiny_policy does the same) and stopped rows leaving the batch matters. The
 # hidden states it is fitted on are those of sampled continuations of the bench's own prompts
 # (a first version fitted on random token ids, and no row of the bench ever stopped)
-from rlhf.pipeline.generation import encode_prompts
+from rlhf.pipeline.decode import encode_prompts
 eos, T, target = tok.eos_token_id, 0.8, 1 / 40
 with torch.no_grad():
     w = model.get_output_embeddings().weight
@@ -411,15 +435,23 @@ EOF
     return
   fi
   local cap1
-  cap1=$(limit 200 5)
+  cap1=$(limit "$([[ $STEPS == engine ]] && echo 300 || echo 200)" 5)  # engine only: more room
   if timeout "$cap1" "$PY" bench/engine.py --policy "$WORK/policy" --device "$DEV" --dtype "$DTYPE" \
       --batches $BATCHES --repeats "$REPEATS" --max-new-tokens "$NEW" --drafts \
-      --json "$OUT/engine_gpu.json"; then
+      --variants $VARIANTS --json "$OUT/engine_gpu.json"; then
     row engine ok $((SECONDS - t)) "batches $BATCHES x $REPEATS repeats, $NEW new tokens: engine_gpu.json"
   else
     local rc=$?
     row engine FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap1}s)")"
     return
+  fi
+  t=$SECONDS  # the engines' old log-probs against the trainer's forward, this dtype
+  if timeout "$(limit 60 5)" "$PY" bench/logprob_mismatch.py --policy "$WORK/policy" \
+      --device "$DEV" --dtype "$DTYPE" --batch 16 --max-new-tokens "$NEW" \
+      --json "$OUT/logprob_mismatch.json"; then
+    row mismatch ok $((SECONDS - t)) "logprob_mismatch.json"
+  else
+    row mismatch FAIL $((SECONDS - t)) "exit $?"
   fi
   t=$SECONDS
   local cap2
@@ -428,7 +460,7 @@ EOF
     row "engine$BIG" SKIP 0 "only ${cap2}s left"
   elif timeout "$cap2" "$PY" bench/engine.py --policy "$WORK/policy" --device "$DEV" \
       --dtype "$DTYPE" --batches "$BIG" --repeats 2 --max-new-tokens "$NEW" --drafts \
-      --json "$OUT/engine_gpu_b$BIG.json"; then
+      --variants $VARIANTS --json "$OUT/engine_gpu_b$BIG.json"; then
     row engine$BIG ok $((SECONDS - t)) "batch $BIG x 2 repeats: engine_gpu_b$BIG.json"
   else
     local rc=$?

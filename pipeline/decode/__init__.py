@@ -21,6 +21,9 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 | `draft_model.py` | `ModelDrafter` (the policy's first layers draft) |
 | `drafted.py` | `DraftedGenerator`, `drafted_generate`, `resolve` (verification, accept rules) |
 | `engines.py` | `get_generator`, `get_drafter`, `ENGINES` |
+| `static.py` | `StaticGenerator`, `StaticStats`, `static_path`: the static-shape step (a CUDA graph per bucket) |
+| `static_sample.py` | `StepSampling`, `warp`, `draw`: sampling inside the static step, no host sync |
+| `logprob_guard.py` | `LogprobGuard`, `LogprobMismatch`: the run-time check of reused engine log-probs |
 
     python -c "import rlhf.pipeline.decode as d; print(d.ENGINES, d.DRAFTS)"
 """
@@ -31,16 +34,21 @@ from rlhf.pipeline.decode.drafters import DRAFTS, DraftContext, Drafter, LookupD
 from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator
 from rlhf.pipeline.decode.hf import HFGenerator, generate
 from rlhf.pipeline.decode.llama_step import FastDecoder
+from rlhf.pipeline.decode.logprob_guard import LogprobGuard, LogprobMismatch
 from rlhf.pipeline.decode.logprobs import response_logits, token_entropy, token_logprobs
 from rlhf.pipeline.decode.native import NativeGenerator, native_generate, prefill
 from rlhf.pipeline.decode.protocol import Generated, Generator
 from rlhf.pipeline.decode.sampling import Sampling, top_p_sample
+from rlhf.pipeline.decode.static import StaticGenerator, StaticStats, static_path
+from rlhf.pipeline.decode.static_sample import StepSampling, draw, warp
 from rlhf.pipeline.decode.tokens import cut_at_eos, encode_prompts, pad_responses, position_ids
 
 __all__ = [
-    "DRAFTS", "ENGINES", "DraftContext", "DraftedGenerator", "Drafter", "FastDecoder", "Generated",
-    "Generator", "HFGenerator", "LookupDrafter", "ModelDrafter", "NativeGenerator", "ReuseDrafter",
-    "Sampling", "cut_at_eos", "drafted_generate", "encode_prompts", "generate", "get_drafter",
-    "get_generator", "native_generate", "pad_responses", "position_ids", "prefill", "resolve",
-    "response_logits", "token_entropy", "token_logprobs", "top_p_sample",
+    "DRAFTS", "DraftContext", "DraftedGenerator", "Drafter", "ENGINES", "FastDecoder", "Generated",
+    "Generator", "HFGenerator", "LogprobGuard", "LogprobMismatch", "LookupDrafter", "ModelDrafter",
+    "NativeGenerator", "ReuseDrafter", "Sampling", "StaticGenerator", "StaticStats",
+    "StepSampling", "cut_at_eos", "drafted_generate", "draw", "encode_prompts", "generate",
+    "get_drafter", "get_generator", "native_generate", "pad_responses", "position_ids", "prefill",
+    "resolve", "response_logits", "static_path", "token_entropy", "token_logprobs", "top_p_sample",
+    "warp",
 ]

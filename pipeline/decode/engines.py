@@ -13,7 +13,7 @@ from rlhf.pipeline.decode.hf import HFGenerator
 from rlhf.pipeline.decode.native import NativeGenerator
 from rlhf.pipeline.decode.protocol import Generator
 
-ENGINES = ("hf", "native", "vllm")
+ENGINES = ("hf", "native", "static", "vllm")
 
 
 def get_generator(name: str, draft: Drafter | None = None, draft_k: int = 4) -> Generator:
@@ -28,6 +28,10 @@ def get_generator(name: str, draft: Drafter | None = None, draft_k: int = 4) -> 
         return HFGenerator()
     if name == "native":
         return NativeGenerator() if draft is None else DraftedGenerator(draft, draft_k)
+    if name == "static":
+        from rlhf.pipeline.decode.static import StaticGenerator
+
+        return StaticGenerator()
     if name == "vllm":  # reserved (docs/engine.md): nothing to install, no extra carries vLLM
         raise ConfigError("engine 'vllm' is not built yet (installing vLLM does not change "
                           "that); use 'native' or 'hf'")

@@ -174,15 +174,18 @@ def policy_logits(model, r: Rollout, temperature: float, idx: torch.Tensor | Non
 
 
 @torch.no_grad()
-def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None) -> None:
+def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None, guard=None) -> None:
     """Old and reference log-probs, entropy and per-token KL, all from full distributions.
-    `cost`: the two passes' token-forwards are added to it."""
+    `cost`: the two passes' token-forwards are added to it. `guard`
+    (decode/logprob_guard.LogprobGuard): checks the engine's log-probs before they are reused."""
     sampled = r.extras.pop("sampled", None)
     if sampled is not None and cfg.kl_estimator == "full" and "logits" not in sampled:
         sampled = None  # the exact KL needs the policy's full distributions
     if sampled is not None and not (torch.equal(sampled["response"], r.response)
                                     and torch.equal(sampled["response_mask"], r.response_mask)):
         sampled = None  # a hook rewrote responses after sampling (resampling, truncation)
+    if sampled is not None and guard is not None and guard.due():
+        sampled = guarded(policy, r, cfg, sampled, guard, cost)
     positions = r.query.shape[0] * (r.query.shape[1] + r.response.shape[1])
     ref_logits = policy_logits(ref, r, cfg.temperature)
     if sampled is None:
@@ -205,3 +208,26 @@ def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None) -> None:
     else:
         kl = core.kl_estimate(r.logprobs, r.ref_logprobs, cfg.kl_estimator)
     r.kl = kl * r.response_mask
+
+
+def guarded(policy, r: Rollout, cfg, sampled: dict, guard, cost=None) -> dict | None:
+    """The engine's `sampled` log-probs if the guard's check on a sample of rows passes, else
+    None (the trainer's own pass runs), with a warning and `logprob_guard_failures` counted."""
+    import warnings
+
+    from rlhf.pipeline.decode import LogprobMismatch
+
+    idx = guard.pick(r.response.shape[0]).to(r.response.device)
+    mine = token_logprobs(policy_logits(policy, r, cfg.temperature, idx), r.response[idx])
+    check = guard.compare(sampled["logprobs"][idx], mine, r.response_mask[idx])
+    if cost is not None:
+        cost.count("logprob_guard_checks")
+        cost.logprob_token_forwards += len(idx) * (r.query.shape[1] + r.response.shape[1])
+    if check.ok:
+        return sampled
+    if cost is not None:
+        cost.count("logprob_guard_failures")
+    warnings.warn(f"engine log-probs differ from the trainer's forward (max |delta log p| "
+                  f"{check.max:.2e} > {guard.tol:.0e}, mean {check.mean:.2e} on {check.rows} rows): "
+                  "the old-log-prob pass runs", LogprobMismatch, stacklevel=3)
+    return None

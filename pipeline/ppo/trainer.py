@@ -307,7 +307,13 @@ class PPOTrainer:
 
     def forward_logprobs(self, r: Rollout, cost: StepCost | None = None) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
-        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg, cost)
+        if not hasattr(self, "logprob_guard"):  # checks the engine's log-probs before reuse
+            from rlhf.pipeline.decode import LogprobGuard
+
+            self.logprob_guard = LogprobGuard(self.cfg.logprob_guard_every,
+                                              self.cfg.logprob_guard_rows, self.cfg.logprob_guard_tol)
+        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg, cost,
+                         self.logprob_guard)
 
     def _logits(self, model, r: Rollout, idx: torch.Tensor | None = None) -> torch.Tensor:
         return policy_logits(model, r, self.cfg.temperature, idx)

@@ -107,11 +107,20 @@ REWARD_ATTENTION_FIELDS = (
 )
 
 ENGINE_FIELDS = (
-    ConfigField("engine", Literal["hf", "native", "vllm"], "hf",
+    ConfigField("engine", Literal["hf", "native", "static", "vllm"], "hf",
                 help='pipeline/decode get_generator: "hf" (model.generate: every row lives '
                      'until the batch\'s last one ends), "native" (pipeline/decode/native.py: a '
                      'stopped row leaves the batch, and the sampled tokens\' log-probs replace '
-                     'the old-log-prob forward), "vllm" (not built yet)'),
+                     'the old-log-prob forward), "static" (pipeline/decode/static.py: static '
+                     'shapes, a CUDA graph per batch bucket; docs/engine.md), "vllm" (not built)'),
+    ConfigField("logprob_guard_every", int, 0, range=NONNEG,
+                help="the old-log-prob guard (pipeline/decode/logprob_guard.py): every "
+                     "`logprob_guard_every` steps whose engine log-probs would be reused, "
+                     "`logprob_guard_rows` rows are recomputed by the trainer's forward; above "
+                     "`logprob_guard_tol` (max |delta log p|) the trainer runs its own pass "
+                     "(0 = off: the engine's log-probs are trusted)"),
+    ConfigField("logprob_guard_rows", int, 4, range=COUNT),
+    ConfigField("logprob_guard_tol", float, 1e-3, range=POS),
 )
 
 register(Feature("lambda_eps_table", ("lambda_eps_table_on",),
