@@ -31,7 +31,7 @@ def run_variant(variant: str, model, tok, enc, sampling) -> Generated:
 
 
 def _hf_static(model, tok, enc, sampling, compiled: bool) -> Generated:
-    """model.generate as pipeline/generation.generate calls it, with cache_implementation
+    """model.generate as pipeline/decode/hf.generate calls it, with cache_implementation
     "static" (and its compile config: transformers compiles the decode step, CUDA graphs)."""
     from transformers import CompileConfig
 
