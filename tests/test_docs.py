@@ -269,7 +269,7 @@ def test_the_dag_picture_is_dvcs_own_graph(tmp_path):
 ROOTS = ("pipeline", "cli", "store", "bench", "docs", "tests", "profiles", "configs", "artifacts")
 # a path from one of the repository's folders: globs (`*`), brace lists (`{a,b}`) and `<name>`
 # placeholders are patterns, `module.name` a name the module defines
-QUOTED = re.compile(r"(?<![\w./<>-])((?:%s)/(?:[\w.*/-]|\{[\w.,-]+\}|<\w+>)*)" % "|".join(ROOTS))
+QUOTED = re.compile(r"(?<![\w./-])((?:%s)/(?:[\w.*/-]|\{[\w.,-]+\}|<\w+>)*)" % "|".join(ROOTS))
 DOTTED = re.compile(r"(?<![\w.])rlhf\.((?:pipeline|cli|store)(?:\.\w+)+)")
 # what a run writes, not a repository file: every artifacts/ folder but the metrics git holds
 # (.gitignore says the same), `make bench-all`'s report, and the file a command's flag names
@@ -398,3 +398,82 @@ def test_a_stale_quoted_path_is_caught(tmp_path):
         "pipeline/decode/hf.py:4: docs/gone.md",
         "pipeline/decode/hf.py:1: pipeline/generation.py",
         "pipeline/decode/hf.py:5: rlhf.pipeline.generation"]
+
+
+# --------------------------------------------------------------------------- the module map
+def module_map(root: Path) -> tuple[str, dict[str, str], list[tuple[str, str, str]]]:
+    """docs/architecture-modules.md's first section, its picture's boxes {id: label} and its
+    edges (from, arrow, to)."""
+    text = (root / "docs/architecture-modules.md").read_text(encoding="utf-8")
+    section = text.split("## The rooms and the flow", 1)[1].split("\n## ", 1)[0]
+    chart = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)[1]
+    boxes = dict(re.findall(r'^\s*(\w+)\["(.*)"\]\s*$', chart, re.MULTILINE))
+    edges = re.findall(r"^\s*(\w+) (-->|-\.->)(?:\|[^|]*\|)? (\w+)\s*$", chart, re.MULTILINE)
+    return section, boxes, edges
+
+
+def map_errors(root: Path) -> list[str]:
+    """What the module map's picture says that dvc.yaml and the folders do not."""
+    import yaml
+
+    section, boxes, edges = module_map(root)
+    stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    deps = {s: [next(iter(x)) if isinstance(x, dict) else x for x in d.get("deps") or []]
+            for s, d in stages.items()}
+    placed = [(s, box) for box, label in boxes.items()
+              for names in re.findall(r"stages?: ([\w, ]+)", label) for s in names.split(", ")]
+    box_of = dict(placed)
+    bad = [f"stage {s} is in {n} boxes" for s in stages if (n := sum(x == s for x, _ in placed)) != 1]
+    bad += [f"box {b} names stage {s}, which dvc.yaml lacks" for s, b in placed if s not in stages]
+    for s, box in box_of.items():
+        named = [q.rstrip("/") for q in QUOTED.findall(boxes[box])]
+        if s in deps and not any(d == n or d.startswith(n + "/") for d in deps[s] for n in named):
+            bad.append(f"stage {s} depends on nothing box {box} names")
+    solid = [(a, b) for a, arrow, b in edges if arrow == "-->"]
+
+    def reaches(a: str, b: str) -> bool:
+        seen, todo = {a}, [a]
+        while todo:
+            here = todo.pop()
+            for x, y in solid:
+                if x == here and y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+        return b in seen
+
+    bad += [f"dvc edge {up} -> {down}: no arrows from box {box_of[up]} to box {box_of[down]}"
+            for up, down in gen.dag_edges(root)[1] if up in box_of and down in box_of
+            and box_of[up] != box_of[down] and not reaches(box_of[up], box_of[down])]
+    dotted = {b for a, arrow, b in edges if arrow == "-.->" and a == "decode"}
+    users = {box_of.get(s) for s, d in deps.items() if "pipeline/decode" in d}
+    if dotted != users:
+        bad.append(f"decode's dotted arrows end at {sorted(dotted)}, its stages' boxes are "
+                   f"{sorted(users)}")
+    modules = [p for p in [*sorted(root.glob("pipeline/*")), *sorted(root.glob("cli/*.py"))]
+               if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").is_file())]
+    bad += [f"{rel} is not on the map" for p in modules
+            if (rel := p.relative_to(root).as_posix() + ("/" if p.is_dir() else "")) not in section]
+    return bad
+
+
+def test_the_module_map_draws_the_pipeline(repo):
+    assert map_errors(repo) == []
+
+
+def test_a_wrong_module_map_is_caught(tmp_path):
+    root = _copy_tree(tmp_path / "repo")
+    for rel in ("pipeline", "cli"):
+        shutil.copytree(REPO / rel, root / rel, ignore=shutil.ignore_patterns("__pycache__"))
+    assert map_errors(root) == []
+    (root / "pipeline" / "rooms.py").write_text('"""A new module."""\n')
+    page = root / "docs/architecture-modules.md"
+    page.write_text(page.read_text(encoding="utf-8")
+                    .replace("stage: rollups", "stage: rollup")
+                    .replace("  world -->|sources, tokenizer| funnel\n", "")
+                    .replace("  decode -.-> eval\n", ""))
+    assert map_errors(root) == [
+        "stage rollups is in 0 boxes", "box store names stage rollup, which dvc.yaml lacks",
+        "dvc edge world -> ingest: no arrows from box world to box funnel",
+        "decode's dotted arrows end at ['models', 'ppo'], its stages' boxes are "
+        "['eval', 'models', 'ppo']",
+        "pipeline/rooms.py is not on the map"]
