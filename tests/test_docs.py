@@ -354,9 +354,8 @@ def stale_paths(root: Path) -> list[str]:
              for md in doc_files(root)]
     texts += [(p, enumerate(p.read_text(encoding="utf-8").splitlines(), 1))
               for p in [root / "params.yaml", *sorted(root.glob("profiles/*/params.yaml"))]]
-    texts += [(p, _python_prose(p)) for p in sorted(root.rglob("*.py"))
-              if not any(part.startswith(".") or part in ("artifacts", "build")
-                         for part in p.relative_to(root).parts)]
+    texts += [(p, _python_prose(p)) for top in ROOTS if top != "artifacts"
+              for p in sorted((root / top).rglob("*.py"))]
     bad = []
     for path, lines in texts:
         for i, line in lines:
