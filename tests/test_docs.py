@@ -369,7 +369,8 @@ def stale_paths(root: Path) -> list[str]:
 
 def test_every_quoted_path_exists(repo):
     bad = set(stale_paths(repo))
-    assert sorted(bad - FROZEN) == []
+    stale = sorted(bad - FROZEN)
+    assert not stale, "quoted, not in the repository:\n" + "\n".join(stale)
     assert FROZEN <= bad, f"fixed: {sorted(FROZEN - bad)}; take them out of FROZEN"
 
 
