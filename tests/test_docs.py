@@ -269,7 +269,7 @@ def test_the_dag_picture_is_dvcs_own_graph(tmp_path):
 ROOTS = ("pipeline", "cli", "store", "bench", "docs", "tests", "profiles", "configs", "artifacts")
 # a path from one of the repository's folders: globs (`*`), brace lists (`{a,b}`) and `<name>`
 # placeholders are patterns, `module.name` a name the module defines
-QUOTED = re.compile(r"(?<![\w./-])((?:%s)/(?:[\w.*/-]|\{[\w.,-]+\}|<\w+>)*)" % "|".join(ROOTS))
+QUOTED = re.compile(r"(?<![\w./-])((?:" + "|".join(ROOTS) + r")/(?:[\w.*/-]|\{[\w.,-]+\}|<\w+>)*)")
 DOTTED = re.compile(r"(?<![\w.])rlhf\.((?:pipeline|cli|store)(?:\.\w+)+)")
 # what a run writes, not a repository file: every artifacts/ folder but the metrics git holds
 # (.gitignore says the same), `make bench-all`'s report, and the file a command's flag names
@@ -281,7 +281,8 @@ FROZEN = {"pipeline/decode/static.py:20: pipeline/engine.py",
 
 
 def _defines(module: Path, name: str) -> bool:
-    return module.is_file() and re.search(rf"\b{name}\b", module.read_text(encoding="utf-8")) is not None
+    return module.is_file() and re.search(rf"\b{name}\b", module.read_text(encoding="utf-8")) \
+        is not None
 
 
 def _path_exists(root: Path, quoted: str) -> bool:
@@ -343,7 +344,8 @@ def _python_prose(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and ast.get_docstring(node, clean=False) is not None:
             first = node.body[0]
-            out += [(first.lineno + i, line) for i, line in enumerate(first.value.value.splitlines())]
+            lines = first.value.value.splitlines()
+            out += [(first.lineno + i, line) for i, line in enumerate(lines)]
     return out
 
 
@@ -363,7 +365,8 @@ def stale_paths(root: Path) -> list[str]:
             where = f"{path.relative_to(root).as_posix()}:{i}:"
             bad += [f"{where} {q[1].rstrip('.-')}" for q in QUOTED.finditer(line)
                     if not WRITES.search(line[:q.start()]) and not _path_exists(root, q[1])]
-            bad += [f"{where} rlhf.{d}" for d in DOTTED.findall(line) if not _module_exists(root, d)]
+            bad += [f"{where} rlhf.{d}" for d in DOTTED.findall(line)
+                    if not _module_exists(root, d)]
     return bad
 
 
@@ -423,7 +426,8 @@ def map_errors(root: Path) -> list[str]:
     placed = [(s, box) for box, label in boxes.items()
               for names in re.findall(r"stages?: ([\w, ]+)", label) for s in names.split(", ")]
     box_of = dict(placed)
-    bad = [f"stage {s} is in {n} boxes" for s in stages if (n := sum(x == s for x, _ in placed)) != 1]
+    bad = [f"stage {s} is in {n} boxes" for s in stages
+           if (n := sum(x == s for x, _ in placed)) != 1]
     bad += [f"box {b} names stage {s}, which dvc.yaml lacks" for s, b in placed if s not in stages]
     for s, box in box_of.items():
         named = [q.rstrip("/") for q in QUOTED.findall(boxes[box])]
@@ -474,6 +478,6 @@ def test_a_wrong_module_map_is_caught(tmp_path):
     assert map_errors(root) == [
         "stage rollups is in 0 boxes", "box store names stage rollup, which dvc.yaml lacks",
         "dvc edge world -> ingest: no arrows from box world to box funnel",
-        "decode's dotted arrows end at ['models', 'ppo'], its stages' boxes are "
-        "['eval', 'models', 'ppo']",
+        ("decode's dotted arrows end at ['models', 'ppo'], its stages' boxes are "
+         "['eval', 'models', 'ppo']"),
         "pipeline/rooms.py is not on the map"]
