@@ -315,20 +315,21 @@ def _module_exists(root: Path, dotted: str) -> bool:
     return False
 
 
-def _without_history(text: str) -> list[str]:
-    """The lines of a markdown text with each table column headed `was` (a move's old paths)
-    emptied."""
-    lines, was = [], None
-    for line in text.splitlines():
+def _split_history(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """A markdown text's (line, text) with each table column headed `was` emptied, and the
+    (line, cell) emptied: a move's old paths, which must be gone."""
+    lines, history, was = [], [], None
+    for i, line in enumerate(text.splitlines(), 1):
         cells = line.split("|")
         if not line.startswith("|"):
             was = None
         elif was is None:
-            was = [i for i, c in enumerate(cells) if c.strip() == "was"]
+            was = [n for n, c in enumerate(cells) if c.strip() == "was"]
         else:
-            line = "|".join("" if i in was else c for i, c in enumerate(cells))
-        lines.append(line)
-    return lines
+            history += [(i, c) for n, c in enumerate(cells) if n in was]
+            line = "|".join("" if n in was else c for n, c in enumerate(cells))
+        lines.append((i, line))
+    return lines, history
 
 
 def _python_prose(path: Path) -> list[tuple[int, str]]:
@@ -351,14 +352,18 @@ def _python_prose(path: Path) -> list[tuple[int, str]]:
 
 def stale_paths(root: Path) -> list[str]:
     """`file:line: path` for each repository path that README.md, docs/, params.yaml, a
-    profile's params.yaml or a Python comment or docstring quotes and the repository lacks."""
-    texts = [(md, enumerate(_without_history(md.read_text(encoding="utf-8")), 1))
-             for md in doc_files(root)]
+    profile's params.yaml or a Python comment or docstring quotes and the repository lacks,
+    and for each old path of a move (a `was` column) that is still there."""
+    bad, texts = [], []
+    for md in doc_files(root):
+        lines, history = _split_history(md.read_text(encoding="utf-8"))
+        texts.append((md, lines))
+        bad += [f"{md.relative_to(root).as_posix()}:{i}: {q} (was, still there)"
+                for i, cell in history for q in QUOTED.findall(cell) if (root / q).exists()]
     texts += [(p, enumerate(p.read_text(encoding="utf-8").splitlines(), 1))
               for p in [root / "params.yaml", *sorted(root.glob("profiles/*/params.yaml"))]]
     texts += [(p, _python_prose(p)) for top in ROOTS if top != "artifacts"
               for p in sorted((root / top).rglob("*.py"))]
-    bad = []
     for path, lines in texts:
         for i, line in lines:
             line = line.replace("\\.", ".")  # a path inside a quoted regex
@@ -367,7 +372,7 @@ def stale_paths(root: Path) -> list[str]:
                     if not WRITES.search(line[:q.start()]) and not _path_exists(root, q[1])]
             bad += [f"{where} rlhf.{d}" for d in DOTTED.findall(line)
                     if not _module_exists(root, d)]
-    return bad
+    return sorted(bad)
 
 
 def test_every_quoted_path_exists(repo):
@@ -389,6 +394,7 @@ def test_a_stale_quoted_path_is_caught(tmp_path):
         "`artifacts/metrics/eval.json`, `pipeline/decode/<name>.py`, bench/x.py.\n")
     (tmp_path / "docs" / "map.md").write_text(
         "| module | was |\n| --- | --- |\n| `pipeline/decode/hf.py` | `pipeline/generation.py` |\n"
+        "| `pipeline/decode/hf.py` | `pipeline/decode/hf.py` |\n"
         "\nIt was `pipeline/generation.py`.\n")
     (tmp_path / "params.yaml").write_text("ppo:\n  engine: hf  # pipeline/engine.py\n")
     assert stale_paths(tmp_path) == [
@@ -396,10 +402,11 @@ def test_a_stale_quoted_path_is_caught(tmp_path):
         "README.md:2: pipeline/decode/hf.sample",
         "README.md:3: artifacts/metrics/eval.json",
         "README.md:3: bench/x.py",
-        "docs/map.md:5: pipeline/generation.py",
+        "docs/map.md:4: pipeline/decode/hf.py (was, still there)",
+        "docs/map.md:6: pipeline/generation.py",
         "params.yaml:2: pipeline/engine.py",
-        "pipeline/decode/hf.py:4: docs/gone.md",
         "pipeline/decode/hf.py:1: pipeline/generation.py",
+        "pipeline/decode/hf.py:4: docs/gone.md",
         "pipeline/decode/hf.py:5: rlhf.pipeline.generation"]
 
 
