@@ -69,16 +69,16 @@ test-fast: setup
 # bench/BENCHMARKS_ALL.md). DVC reruns only the arms a change touches, two at a time (one
 # core each); a second run runs nothing.
 bench: setup
-	$(BIN)/python bench/economy_dvc.py --check
+	$(BIN)/python -m bench.economy.dvc_stages --check
 	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench: the pipeline's artifacts are not" \
 	  "up to date (dvc status dvc.yaml): run make run first"; exit 1; }
-	$(BIN)/python bench/economy_dvc.py --run headline --jobs 2
+	$(BIN)/python -m bench.economy.dvc_stages --run headline --jobs 2
 
 bench-all: setup
-	$(BIN)/python bench/economy_dvc.py --check
+	$(BIN)/python -m bench.economy.dvc_stages --check
 	@$(BIN)/dvc status dvc.yaml --quiet || { echo "bench-all: the pipeline's artifacts are" \
 	  "not up to date (dvc status dvc.yaml): run make run first"; exit 1; }
-	$(BIN)/python bench/economy_dvc.py --run all --jobs 2
+	$(BIN)/python -m bench.economy.dvc_stages --run all --jobs 2
 
 # Re-resolve the lock from pyproject's ranges (then review the diff and commit it).
 lock: setup

@@ -16,7 +16,7 @@ Timed per step: ours, the trainer's own `seconds_update` (advantages + PPO epoch
 step's phase seconds; TRL's, the seconds inside its `accelerator.accumulate` blocks (forward,
 backward and optimiser step of each minibatch; its advantages are computed with the rollout)
 and the whole step. The first `--warmup` steps are left out, medians reported. The JSON lands in
-<out>/ppo_update_vs_trl112.json and bench/economy.py's report shows it.
+<out>/ppo_update_vs_trl112.json and the economy benchmark's report (bench/economy/report.py) shows it.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def build_world(root: Path, sft: Path | None) -> dict:
 
         texts = [t for _, t in held_out_prompts(sft.parent.parent / "store")][:N_PROMPTS]
     else:
-        sys.path.insert(0, str(REPO / "bench"))
-        import economy_world
+        sys.path.insert(0, str(REPO))  # a script: bench.economy from the repository root
+        from bench.economy import world as economy_world
 
         w = economy_world.build(root / "quick")
         tok = AutoTokenizer.from_pretrained(str(w["sft"]))

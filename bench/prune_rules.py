@@ -1,6 +1,6 @@
 """Pruning rules of seed 000 §3.1 level two on the SFT policy's own samples: share of
 samples each rule stops, tokens it saves and its precision against the gold judge, without
-training (what the rules do before PPO moves the policy; bench/economy.py measures them during
+training (what the rules do before PPO moves the policy; bench/economy measures them during
 training).
 
     .venv/bin/python bench/prune_rules.py --artifacts /work/benchart --out /tmp/prune_rules.json

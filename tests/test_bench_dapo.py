@@ -1,17 +1,14 @@
-"""DAPO's dynamic sampling on TRL's GRPO (bench/economy_peers.py): zero-variance groups are
+"""DAPO's dynamic sampling on TRL's GRPO (bench/economy/peers.py): zero-variance groups are
 dropped after scoring, the batch is refilled with new prompts' groups to its size, prompts
 left-padded and completions right-padded to the widest, and every generation is counted."""
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import torch
-from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-import economy_peers
+from bench.economy import peers as economy_peers
 
 GROUP = 2
 

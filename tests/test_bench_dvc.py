@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import yaml
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "bench"))
-import economy
-import economy_dvc
-import economy_report
 from rlhf.pipeline.config import load_section
+
+from bench.economy import dvc_stages, report, results
+from bench.economy.arms import ARMS
 
 STAGES = yaml.safe_load((REPO / "bench" / "dvc.yaml").read_text())["stages"]
 BASE = load_section(REPO / "params.yaml", "ppo")
@@ -30,28 +27,28 @@ def deps(arm: str) -> set[str]:
 def stale_after_touching(path: str) -> set[str]:
     """The arms DVC reruns when `path` (a repository file) changes: those whose deps name it
     or a folder above it."""
-    rel = economy_dvc._rel(path)
-    return {a for a in economy.ARMS if any(rel == d or rel.startswith(d.rstrip("/") + "/")
+    rel = dvc_stages._rel(path)
+    return {a for a in ARMS if any(rel == d or rel.startswith(d.rstrip("/") + "/")
                                            for d in deps(a))}
 
 
 def test_the_stage_file_is_the_generated_one():
-    assert (REPO / "bench" / "dvc.yaml").read_text() == economy_dvc.render(), \
-        "bench/dvc.yaml is out of date: run python bench/economy_dvc.py"
-    assert {f"arm_{a}" for a in economy.ARMS} | {"setup", "sft", "report", "report_all"} \
+    assert (REPO / "bench" / "dvc.yaml").read_text() == dvc_stages.render(), \
+        "bench/dvc.yaml is out of date: run python -m bench.economy.dvc_stages"
+    assert {f"arm_{a}" for a in ARMS} | {"setup", "sft", "report", "report_all"} \
         == set(STAGES)
-    seeds = economy_dvc.bench_params()["seeds"]
-    for a in economy.ARMS:
+    seeds = dvc_stages.bench_params()["seeds"]
+    for a in ARMS:
         st = STAGES[f"arm_{a}"]
         assert st["matrix"] == {"seed": seeds}
         assert st["outs"] == [f"results/{a}/seed${{item.seed}}.json"]
 
 
 def test_touching_a_feature_module_makes_exactly_the_arms_that_switch_it_on_stale():
-    owned = economy_dvc.feature_modules()
+    owned = dvc_stages.feature_modules()
     assert owned, "no feature module found"
     for module in sorted(owned):
-        users = {a for a in economy.ARMS if economy_dvc.uses(module, a, BASE)}
+        users = {a for a in ARMS if dvc_stages.uses(module, a, BASE)}
         assert stale_after_touching(module) == users, module
 
 
@@ -72,12 +69,12 @@ def test_plain_ppo_depends_on_every_trainer_module_its_loop_imports():
                 imported |= {n.removeprefix("rlhf.").replace(".", "/") + ".py" for n in names}
     imported = {m for m in imported if (REPO / m).is_file()}
     assert "pipeline/ppo/update.py" in imported
-    missing = {m for m in imported if economy_dvc._rel(m) not in plain}
+    missing = {m for m in imported if dvc_stages._rel(m) not in plain}
     assert not missing, f"plain PPO's stage misses what its loop imports: {sorted(missing)}"
 
 
 def test_the_arms_a_change_reruns_by_name():
-    by_name = {p.rsplit("/", 1)[-1]: p for p in economy_dvc.feature_modules()}
+    by_name = {p.rsplit("/", 1)[-1]: p for p in dvc_stages.feature_modules()}
     prune = {"pruning", "resampling", "pruning_resampling", "pruning_literal",
              "pruning_literal_truncation", "pruning_norep", "pruning_norep_truncation",
              "all_economy", "all_economy_ungated"}
@@ -88,11 +85,11 @@ def test_the_arms_a_change_reruns_by_name():
         "rm_evolution", "rm_evolution_ungated", "rm_evolution_human", "all_economy",
         "all_economy_ungated"}
     # our trainer's loop: every arm of ours, no TRL peer; the peers' module: the peers alone
-    ours = {a for a, arm in economy.ARMS.items() if arm.trainer == "ppo"}
+    ours = {a for a, arm in ARMS.items() if arm.trainer == "ppo"}
     assert stale_after_touching("pipeline/ppo/trainer.py") == ours
-    assert stale_after_touching("bench/economy_peers.py") == {"grpo", "grpo_dapo", "rloo"}
-    assert stale_after_touching("pipeline/ppo/accounting.py") == set(economy.ARMS)
-    assert stale_after_touching("bench/economy_report.py") == set()
+    assert stale_after_touching("bench/economy/peers.py") == {"grpo", "grpo_dapo", "rloo"}
+    assert stale_after_touching("pipeline/ppo/accounting.py") == set(ARMS)
+    assert stale_after_touching("bench/economy/report.py") == set()
 
 
 def test_artifacts_and_params_follow_the_inputs_an_arm_reads():
@@ -100,13 +97,13 @@ def test_artifacts_and_params_follow_the_inputs_an_arm_reads():
     assert "../artifacts/store/pool_embeddings" not in deps("plain")
     assert "../artifacts/models/rm_strong" in deps("level02")
     assert "../artifacts/models/rm_strong" not in deps("grpo")
-    for a in economy.ARMS:
+    for a in ARMS:
         assert {"../artifacts/models/sft", "../artifacts/models/rm_light",
                 "../artifacts/store/pool", "results/setup.json"} <= deps(a)
-    prefs = {a for a in economy.ARMS
+    prefs = {a for a in ARMS
              if "preferences" in STAGES[f"arm_{a}"]["params"][0]["../params.yaml"]}
     assert "level02" in prefs and "rm_evolution_human" in prefs and "plain" not in prefs
-    headline = set(economy_dvc.bench_params()["headline"])
+    headline = set(dvc_stages.bench_params()["headline"])
     assert {"plain", "grpo", "rloo", "grpo_dapo"} <= headline
     reported = {d.split("/")[1] for d in STAGES["report"]["deps"] if d.count("/") == 2}
     assert reported == headline  # `make bench` runs the headline arms and nothing else
@@ -120,8 +117,8 @@ def stale_after_changing(key: str) -> set[str]:
         return "ppo" in ps or f"ppo.{key}" in ps
 
     if reads("setup"):
-        return set(economy.ARMS)
-    return {a for a in economy.ARMS if reads(f"arm_{a}")}
+        return set(ARMS)
+    return {a for a in ARMS if reads(f"arm_{a}")}
 
 
 def test_a_switch_default_stales_the_arms_that_take_it_from_params_yaml_alone():
@@ -130,19 +127,19 @@ def test_a_switch_default_stales_the_arms_that_take_it_from_params_yaml_alone():
     section = yaml.safe_load((REPO / "params.yaml").read_text())["ppo"]
     switches = [k for k in plain_values() if k in section]
     assert {"engine", "critic"} <= set(switches), "the shipped non-plain defaults are switches"
-    plain_based = {a for a, arm in economy.ARMS.items() if arm.base == "plain"}
+    plain_based = {a for a, arm in ARMS.items() if arm.base == "plain"}
     for key in switches:
         stale = stale_after_changing(key)
         assert not stale & plain_based, (key, stale & plain_based)
         # a seed-based arm reruns unless it pins the switch itself
-        assert stale == {a for a, arm in economy.ARMS.items()
+        assert stale == {a for a, arm in ARMS.items()
                          if arm.base != "plain" and key not in arm.overrides}, key
     # the budget and the held-out sampling: every arm
     for key in ("batch_size", "max_new_tokens", "temperature", "top_p", "eval_seed"):
-        assert stale_after_changing(key) == set(economy.ARMS), key
+        assert stale_after_changing(key) == set(ARMS), key
     # a core key plain PPO takes from params.yaml: every arm but the ones that pin it
     assert stale_after_changing("learning_rate") == {
-        a for a, arm in economy.ARMS.items() if "learning_rate" not in arm.overrides}
+        a for a, arm in ARMS.items() if "learning_rate" not in arm.overrides}
 
 
 def test_an_arm_runs_the_config_its_params_declare(tmp_path):
@@ -151,17 +148,17 @@ def test_an_arm_runs_the_config_its_params_declare(tmp_path):
     from dataclasses import asdict, replace
 
     setup = {"params": str(REPO / "params.yaml")}
-    plain_arm, seed_arm = economy.ARMS["plain"], economy.ARMS["seed"]
+    plain_arm, seed_arm = ARMS["plain"], ARMS["seed"]
     flipped = tmp_path / "params.yaml"
     doc = yaml.safe_load((REPO / "params.yaml").read_text())
     doc["ppo"]["critic"] = "full" if doc["ppo"]["critic"] != "full" else "trunk"
     flipped.write_text(yaml.safe_dump(doc))
     other = {"params": str(flipped)}
-    assert asdict(economy.base_of(setup, plain_arm)) == asdict(economy.base_of(other, plain_arm))
-    assert asdict(economy.base_of(setup, seed_arm)) != asdict(economy.base_of(other, seed_arm))
+    assert asdict(results.base_of(setup, plain_arm)) == asdict(results.base_of(other, plain_arm))
+    assert asdict(results.base_of(setup, seed_arm)) != asdict(results.base_of(other, seed_arm))
     # the snapshot runs' setup.json (with base_config) reads the same config
     snap = {"base_config": asdict(BASE)}
-    assert economy.base_of(snap, seed_arm) == replace(BASE)
+    assert results.base_of(snap, seed_arm) == replace(BASE)
 
 
 # --------------------------------------------------------------------------- one commit
@@ -177,8 +174,8 @@ def repo(tmp_path, monkeypatch):
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", ".")
     _git(tmp_path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
-    monkeypatch.setattr(economy, "REPO", tmp_path)
-    monkeypatch.setattr(economy, "job_code", lambda setup, arm: ["a.py", "b.py"])
+    monkeypatch.setattr(results, "REPO", tmp_path)
+    monkeypatch.setattr(results, "job_code", lambda setup, arm: ["a.py", "b.py"])
     return tmp_path
 
 
@@ -187,37 +184,37 @@ def _commit(repo, msg):
 
 
 def test_a_result_from_a_clean_tree_is_kept_while_its_files_do_not_change(repo):
-    res = {"provenance": economy.provenance(["a.py", "b.py"])}
+    res = {"provenance": results.provenance(["a.py", "b.py"])}
     assert res["provenance"]["dirty"] == []
-    assert economy_report.code_verdict(res, {}, "plain") is None
+    assert report.code_verdict(res, {}, "plain") is None
     (repo / "c.txt").write_text("unrelated\n")  # a later commit that leaves its files alone
     _git(repo, "add", "c.txt")
     _commit(repo, "two")
-    assert economy_report.code_verdict(res, {}, "plain") is None  # carried over, not rerun
+    assert report.code_verdict(res, {}, "plain") is None  # carried over, not rerun
     (repo / "b.py").write_text("b = 2\n")
     _commit(repo, "three")
-    why = economy_report.code_verdict(res, {}, "plain")
+    why = report.code_verdict(res, {}, "plain")
     assert why and "changed since" in why and "b.py" in why
 
 
 def test_a_result_from_a_dirty_tree_is_refused(repo):
     (repo / "a.py").write_text("a = 2\n")  # not committed
-    res = {"provenance": economy.provenance(["a.py", "b.py"])}
+    res = {"provenance": results.provenance(["a.py", "b.py"])}
     assert res["provenance"]["dirty"] == ["a.py"]
-    why = economy_report.code_verdict(res, {}, "plain")
+    why = report.code_verdict(res, {}, "plain")
     assert why and "dirty tree" in why and "a.py" in why
-    assert "no provenance" in economy_report.code_verdict({}, {}, "plain")
+    assert "no provenance" in report.code_verdict({}, {}, "plain")
 
 
 def test_collect_lists_refused_results_as_stale_never_merges_them(repo, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    clean = {"spec": {"s": 1}, "provenance": economy.provenance(["a.py", "b.py"])}
+    clean = {"spec": {"s": 1}, "provenance": results.provenance(["a.py", "b.py"])}
     (repo / "a.py").write_text("a = 3\n")
-    dirty = {"spec": {"s": 1}, "provenance": economy.provenance(["a.py", "b.py"])}
+    dirty = {"spec": {"s": 1}, "provenance": results.provenance(["a.py", "b.py"])}
     for seed, res in ((0, clean), (1, dirty)):
         (out / "results" / "plain").mkdir(parents=True, exist_ok=True)
         (out / "results" / "plain" / f"seed{seed}.json").write_text(json.dumps(res))
-    runs, stale = economy_report.collect({}, out, ["plain"], lambda s, a: {"s": 1},
+    runs, stale = report.collect({}, out, ["plain"], lambda s, a: {"s": 1},
                                          lambda saved, spec: saved == spec, seeds=[0, 1, 2],
                                          check_code=True)
     assert len(runs["plain"]) == 1
@@ -229,36 +226,36 @@ def test_last_point_says_whether_an_arm_still_rises():
     def run(*golds):
         return {"points": [{"gold_mean": g} for g in golds]}
 
-    assert economy_report.last_point([run(0.5, 0.6), run(0.5, 0.61), run(0.5, 0.59)]).endswith(
+    assert report.last_point([run(0.5, 0.6), run(0.5, 0.61), run(0.5, 0.59)]).endswith(
         "rising)")
-    assert "flat or noisy" in economy_report.last_point([run(0.6, 0.6), run(0.6, 0.61),
+    assert "flat or noisy" in report.last_point([run(0.6, 0.6), run(0.6, 0.61),
                                                           run(0.6, 0.59)])
 
 
 def test_seconds_are_compared_only_under_a_timing_protocol():
     rs = [{"cost": {"tokens_generated": 10, "gen_token_forwards": 30}, "seconds_train": s,
            "seconds_eval": 1.0} for s in (5.0, 7.0, 6.0)]
-    arms = {"plain": economy.ARMS["plain"]}
-    text = "\n".join(economy_report.cost_section({"plain": rs}, arms, "none"))
+    arms = {"plain": ARMS["plain"]}
+    text = "\n".join(report.cost_section({"plain": rs}, arms, "none"))
     assert "policy token-fwd (gen)" in text and "| 30 |" in text
     assert "train s" not in text and "No seconds comparison" in text
-    timed = "\n".join(economy_report.cost_section({"plain": rs}, arms, "serial"))
+    timed = "\n".join(report.cost_section({"plain": rs}, arms, "serial"))
     assert "timing protocol `serial`" in timed and "| plain | 6 [5, 7] | 1 |" in timed
 
 
 # --------------------------------------------------------------------------- make bench's driver
 def test_the_driver_guards_an_item_by_its_code_and_params_not_its_artifacts():
-    """`economy_dvc.py --run` records an item (dvc commit) only when the files it checks did not
+    """`dvc_stages.py --run` records an item (dvc commit) only when the files it checks did not
     change while the item ran: the item's code and params files, never the artifacts or results."""
-    code = economy_dvc.item_code("bench/dvc.yaml:arm_plain@0")
+    code = dvc_stages.item_code("bench/dvc.yaml:arm_plain@0")
     assert {"pipeline/ppo/trainer.py", "params.yaml", "bench/params.yaml",
-            "bench/economy.py"} <= set(code)
+            "bench/economy/driver.py"} <= set(code)
     assert not any(c.startswith(("artifacts/", "bench/results/")) for c in code)
     assert "pipeline/ppo/features/scheduler.py" not in code
-    assert "pipeline/ppo/features/scheduler.py" in economy_dvc.item_code(
+    assert "pipeline/ppo/features/scheduler.py" in dvc_stages.item_code(
         "bench/dvc.yaml:arm_scheduler_loose@1")
-    before = economy_dvc._code_state(code)
-    assert before == economy_dvc._code_state(code) and len(before.split()) == len(code)
+    before = dvc_stages._code_state(code)
+    assert before == dvc_stages._code_state(code) and len(before.split()) == len(code)
 
 
 def test_verdicts_come_from_the_curves_and_the_counts():
@@ -273,7 +270,7 @@ def test_verdicts_come_from_the_curves_and_the_counts():
             "pruning": (worse, runs(worse, 40)), "scheduler": (base, runs(base, 40)),
             "spec_model": (cheap, runs(cheap, 30)), "grpo": (base, runs(base, 96, "trl", "grpo"))}
     curves = {a: np.array([[g] for g in gold]) for a, (gold, _) in arms.items()}
-    text = "\n".join(economy_report.verdict_section({a: r for a, (_, r) in arms.items()},
+    text = "\n".join(report.verdict_section({a: r for a, (_, r) in arms.items()},
                                                     curves, 0, "plain"))
     row = {c[0]: c for c in (ln.strip("| ").split(" | ") for ln in text.splitlines()
                                if ln.startswith("| ") and " | `" in ln)}

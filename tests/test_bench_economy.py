@@ -1,4 +1,4 @@
-"""bench/economy.py: the report's arithmetic on hand-made curves, and `--quick` end to end (a tiny
+"""bench/economy: the report's arithmetic on hand-made curves, and `--quick` end to end (a tiny
 world, plain + seed PPO, one seed) so the benchmark harness cannot rot."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-import economy_stats as st
+from bench.economy import job, prepare, results
+from bench.economy import stats as st
 
 
 def test_curve_interpolates_and_stops_at_the_last_point():
@@ -94,24 +94,21 @@ def test_difference_interval_and_verdicts():
 
 
 def test_saved_result_survives_a_new_default_off_switch_not_a_changed_value():
-    import economy
-
-    spec = {"arm": {"trainer": "ppo"}, "steps": 4, "judge": economy.WORLD_JUDGE,
+    spec = {"arm": {"trainer": "ppo"}, "steps": 4, "judge": prepare.WORLD_JUDGE,
             "base_config": {"learning_rate": 3e-5, "escalate_below": 0.0}}
     older = {**spec, "base_config": {"learning_rate": 3e-5}}  # saved before escalate_below
-    assert economy.spec_matches(older, spec)  # the field's default (0.0) is what it ran with
+    assert results.spec_matches(older, spec)  # the field's default (0.0) is what it ran with
     changed = {**spec, "base_config": {**spec["base_config"], "escalate_below": 0.6}}
-    assert not economy.spec_matches(changed, spec)
-    assert not economy.spec_matches({**spec, "steps": 8}, spec)
-    assert not economy.spec_matches(None, spec)
+    assert not results.spec_matches(changed, spec)
+    assert not results.spec_matches({**spec, "steps": 8}, spec)
+    assert not results.spec_matches(None, spec)
 
 
 def test_the_benchmark_reads_its_judge_from_params(tmp_path):
-    """bench/economy.py judges with params.yaml's `judge:` (here a saved RM), scores with it and
+    """bench/economy judges with params.yaml's `judge:` (here a saved RM), scores with it and
     keeps results of two judges apart; a setup without one is the world's gold judge."""
     import argparse
 
-    import economy
     import ppo_tiny
     from params_file import write_params
     from rlhf.pipeline.judges import load_judge
@@ -119,22 +116,22 @@ def test_the_benchmark_reads_its_judge_from_params(tmp_path):
     rm = ppo_tiny.build_world(tmp_path / "w")["reward"]
     params = write_params(tmp_path / "p.yaml", judge={"kind": "rm", "model": str(rm)})
     args = argparse.Namespace(quick=False, params=params, judge_model=None)
-    setup = {"judge": economy.judge_setup(args), "hashes": {}, "eval": {}}
+    setup = {"judge": prepare.judge_setup(args), "hashes": {}, "eval": {}}
     assert setup["judge"]["spec"]["name"] == f"rm:{rm}" and setup["judge"]["spec"]["model_hash"]
-    judge = economy.judge_of(setup)
-    direct = load_judge(economy.judge_config(setup))
+    judge = job.judge_of(setup)
+    direct = load_judge(job.judge_config(setup))
     texts = (["Why is the sky blue?"] * 2, ["Light scatters.", "banana banana"])
     assert judge.score(*texts) == direct.score(*texts)
-    world = economy.spec_of({"hashes": {}, "eval": {}}, "sft")
-    assert world["judge"] == economy.WORLD_JUDGE
-    assert not economy.spec_matches(world, economy.spec_of(setup, "sft"))
-    assert economy.spec_matches({"hashes": {}, "eval": {}}, world)  # saved before the judge
+    world = results.spec_of({"hashes": {}, "eval": {}}, "sft")
+    assert world["judge"] == prepare.WORLD_JUDGE
+    assert not results.spec_matches(world, results.spec_of(setup, "sft"))
+    assert results.spec_matches({"hashes": {}, "eval": {}}, world)  # saved before the judge
 
 
 def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
     out = tmp_path / "economy"
     env = {**os.environ, "RLHF_TORCH_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "economy.py"), "--quick",
+    proc = subprocess.run([sys.executable, "-m", "bench.economy", "--quick",
                            "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -142,7 +139,7 @@ def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
     assert not (REPO / "BENCHMARKS.md").exists() or "--quick" not in (
         REPO / "BENCHMARKS.md").read_text()  # the quick report never lands in the repo
     for heading in ("## Rollout economy", "### Sample efficiency", "### Cost per run",
-                    "- command (this report): `python bench/economy.py --quick", "- machine: ", "- date: "):
+                    "- command (this report): `python -m bench.economy --quick", "- machine: ", "- date: "):
         assert heading in report
     assert (out / "economy_gold_vs_tokens.png").stat().st_size > 10_000
     efficiency = table(report, "### Sample efficiency")
@@ -164,7 +161,7 @@ def test_quick_run_writes_a_report_with_real_numbers(tmp_path):
     assert json.loads((out / "results" / "seed" / "seed0.json").read_text())["features_on"]
     assert json.loads((out / "results" / "plain" / "seed0.json").read_text())["features_on"] == {}
     # a rerun skips what is there and reassembles the same report from the saved results
-    again = subprocess.run([sys.executable, str(REPO / "bench" / "economy.py"), "--quick",
+    again = subprocess.run([sys.executable, "-m", "bench.economy", "--quick",
                             "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=120, check=False)
     assert again.returncode == 0 and "0 job(s) to run" in again.stdout
@@ -176,7 +173,7 @@ def test_quick_peers_grpo_and_rloo(tmp_path):
     """TRL's GRPO and RLOO arms on the quick world: same rollout count as PPO, checkpoints
     every `checkpoint_every` generation batches, every generated token counted."""
     out = tmp_path / "economy"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "economy.py"), "--quick",
+    proc = subprocess.run([sys.executable, "-m", "bench.economy", "--quick",
                            "--arms", "grpo", "rloo", "--out", str(out)], cwd=REPO,
                           env={**os.environ, "RLHF_TORCH_THREADS": "1"}, capture_output=True,
                           text=True, timeout=300, check=False)

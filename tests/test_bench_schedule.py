@@ -1,26 +1,21 @@
-"""bench/economy.py's scheduler arm plumbing: the embeddings enter only the specs of
+"""bench/economy's scheduler arm plumbing: the embeddings enter only the specs of
 arms that read them (plain PPO's saved results stay valid), and the report section's figures
 come from the saved per-run `schedule` figures."""
 
 from __future__ import annotations
 
-import sys
-
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "bench"))
-import economy  # noqa: E402
-import economy_schedule  # noqa: E402
+from bench.economy import results
+from bench.economy import schedule as economy_schedule
 
 
 def test_embeddings_hash_is_in_the_scheduler_arms_spec_only():
     setup = {"steps": 4, "points": 2, "token_budget": 10, "hashes": {"sft": "a"},
              "eval": {}, "base_config": {}, "feature_hashes": {"pool_embeddings": "e"}}
-    assert "feature_hashes" not in economy.spec_of(setup, "plain")
-    assert economy.spec_of(setup, "scheduler")["feature_hashes"] == {"pool_embeddings": "e"}
+    assert "feature_hashes" not in results.spec_of(setup, "plain")
+    assert results.spec_of(setup, "scheduler")["feature_hashes"] == {"pool_embeddings": "e"}
     old = dict(setup)
     old.pop("feature_hashes")  # a setup from before the arm existed: plain's spec is the same
-    assert economy.spec_of(old, "plain") == economy.spec_of(setup, "plain")
+    assert results.spec_of(old, "plain") == results.spec_of(setup, "plain")
 
 
 def _result(trigger, skips, hard, stale_bias):

@@ -140,10 +140,7 @@ def test_order_follows_after_and_a_missing_input_names_its_option():
 
 
 def test_benchmark_reads_derive_from_the_registry():
-    import sys
-
-    sys.path.insert(0, str(REPO / "bench"))
-    import economy
+    from bench.economy import arms as economy
 
     assert economy.reads(economy.ARMS["plain"], "pool_embeddings") is False
     arm = economy.Arm(base="plain", overrides={"schedule_on": True})

@@ -333,15 +333,11 @@ def test_config_switches_default_off_and_are_validated():
 
 
 def test_bench_summary_of_the_probe(tmp_path):
-    """bench/economy_sample.summarize: useful share, precision against the step's unpruned
+    """bench/economy/sample.summarize: useful share, precision against the step's unpruned
     median gold, tokens saved and the resampling bias, on hand-made probe lines."""
     import json
-    import sys
 
-    from conftest import REPO
-
-    sys.path.insert(0, str(REPO / "bench"))
-    import economy_sample
+    from bench.economy import sample as economy_sample
 
     rows = [  # step 1: unpruned golds 1, 2, 3 (median 2); pruned finished 0.5 (bad) and 2.5
         {"p": False, "s": False, "v": True, "rw": 1.0, "g": 1.0, "gen": 10},

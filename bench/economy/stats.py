@@ -1,11 +1,11 @@
-"""The arithmetic of bench/economy.py's report: gold curves on a token grid, tokens to reach a
+"""The arithmetic of the benchmark's report (report.py): gold curves on a token grid, tokens to reach a
 target, bootstrap intervals over seeds, the "learns" verdict. Pure numpy, no models.
 
 A run is a list of points (cumulative generated tokens, held-out gold mean), the SFT policy at 0
 tokens first. Between points gold is interpolated linearly; past a run's last point it is
 undefined (NaN): no run is credited with tokens it did not spend.
 
-    .venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); import economy_stats as s; \
+    .venv/bin/python -c "from bench.economy import stats as s; \
 print(s.tokens_to_reach([0, 100, 200], [1.0, 1.2, 1.4], 1.3))"
 """
 

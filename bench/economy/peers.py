@@ -1,4 +1,4 @@
-"""The peer arms of bench/economy.py: current TRL's GRPOTrainer and RLOOTrainer on our world.
+"""The peer arms of the benchmark (bench/economy): current TRL's GRPOTrainer and RLOOTrainer on our world.
 
 Same SFT policy, the same light RM as the one reward function (through `load_scorer`, the scorer
 PPO reads), the same ppo-split prompts rendered by `format_prompt`, the same sampling
@@ -13,7 +13,7 @@ completion token TRL generated is counted (EOS included, as our trainer counts).
 weights are saved every `checkpoint_every` generation batches (a PPO step's worth of rollouts),
 as the PPO arms save theirs, for the held-out gold evaluation.
 
-    .venv/bin/python bench/economy.py --arms grpo rloo --seeds 0    # runs through this module
+    .venv/bin/python -m bench.economy --arms grpo rloo --seeds 0    # runs through this module
 
 Compute is counted as our trainer counts it (pipeline/ppo/accounting.py), from the shapes TRL
 pads a generation batch to: generation runs `C` sequential forwards (C = the batch's longest
@@ -61,6 +61,51 @@ COUNTS = ("tokens_generated", "rollouts_started", "light_rm_calls", "light_rm_to
           "gen_forwards", "gen_token_forwards", "groups_dropped", "gen_batches_extra")
 
 
+def light_rm_reward(scorer, tok, ledger: Ledger):
+    """TRL's reward function: the light RM's scores of a generation batch, whose generation,
+    scoring and pass sizes go into `ledger` as our trainer counts them."""
+    from rlhf.pipeline.ppo.accounting import rm_tokens
+    from rlhf.pipeline.text import response_of
+
+    def light_rm(prompts, completions, completion_ids, raw_prompt, **_):
+        t = time.perf_counter()
+        steps = max((len(ids) for ids in completion_ids), default=0)
+        width = max(len(ids) for ids in tok(list(prompts), add_special_tokens=False)["input_ids"])
+        ledger.gen_forwards += steps
+        ledger.gen_token_forwards += len(completion_ids) * (width + max(steps - 1, 0))
+        ledger.passes.append(len(completion_ids) * (width + steps))
+        resps = [response_of(c) for c in completions]
+        scores, _conf = scorer.score(list(raw_prompt), resps)
+        ledger.seconds_score += time.perf_counter() - t
+        ledger.tokens_generated += sum(len(ids) for ids in completion_ids)
+        ledger.rollouts_started += len(completions)
+        ledger.light_rm_calls += len(completions)
+        ledger.light_rm_tokens += rm_tokens(scorer, list(raw_prompt), resps)
+        return [float(s) for s in scores]
+
+    return light_rm
+
+
+def peer_args(Config, cfg, out: Path, group: int, updates_per_batch: int):
+    """The TRL trainer's config (GRPOConfig or RLOOConfig) from the PPO arm's `cfg`: the same
+    sampling, learning rate, KL coefficient, clip range and updates per rollout."""
+    import torch
+
+    return Config(
+        output_dir=str(out / "trl"), seed=cfg.seed, report_to="none", save_strategy="no",
+        logging_steps=10**6, disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
+        bf16=False, gradient_checkpointing=False, dataloader_num_workers=0,
+        learning_rate=cfg.learning_rate, lr_scheduler_type="linear",
+        max_grad_norm=cfg.max_grad_norm, beta=cfg.kl_coef, epsilon=cfg.clip_range,
+        num_iterations=cfg.ppo_epochs, num_generations=group,
+        per_device_train_batch_size=cfg.mini_batch_size,
+        steps_per_generation=cfg.batch_size // cfg.mini_batch_size,
+        max_steps=cfg.total_steps * updates_per_batch,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
+        max_completion_length=cfg.max_new_tokens, disable_dropout=True,
+        remove_unused_columns=False)
+
+
 def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[str, str]],
                out: Path, token_budget: int, group: int = 4, filter_groups: bool = False,
                max_gen_batches: int = 4) -> dict:
@@ -70,9 +115,8 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
     import torch
     from datasets import Dataset
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
-    from rlhf.pipeline.ppo.accounting import rm_tokens
     from rlhf.pipeline.ppo.scoring import load_scorer
-    from rlhf.pipeline.text import format_prompt, response_of
+    from rlhf.pipeline.text import format_prompt
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     quiet_hf()
@@ -94,23 +138,7 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
     ledger = Ledger()
     tok = AutoTokenizer.from_pretrained(str(policy))
     tok.padding_side = "left"
-
-    def light_rm(prompts, completions, completion_ids, raw_prompt, **_):
-        t = time.perf_counter()
-        steps = max((len(ids) for ids in completion_ids), default=0)
-        width = max(len(ids) for ids in tok(list(prompts), add_special_tokens=False)["input_ids"])
-        ledger.gen_forwards += steps
-        ledger.gen_token_forwards += len(completion_ids) * (width + max(steps - 1, 0))
-        ledger.passes.append(len(completion_ids) * (width + steps))
-        resps = [response_of(c) for c in completions]
-        scores, _conf = scorer.score(list(raw_prompt), resps)
-        ledger.seconds_score += time.perf_counter() - t
-        ledger.tokens_generated += sum(len(ids) for ids in completion_ids)
-        ledger.rollouts_started += len(completions)
-        ledger.light_rm_calls += len(completions)
-        ledger.light_rm_tokens += rm_tokens(scorer, list(raw_prompt), resps)
-        return [float(s) for s in scores]
-
+    light_rm = light_rm_reward(scorer, tok, ledger)
     updates_per_batch = cfg.ppo_epochs * cfg.batch_size // cfg.mini_batch_size
 
     def save(model, state) -> None:
@@ -149,19 +177,7 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
 
     data = Dataset.from_list([{"prompt": format_prompt(t), "raw_prompt": t, "prompt_id": pid}
                               for pid, t in prompts])
-    args = Config(
-        output_dir=str(out / "trl"), seed=cfg.seed, report_to="none", save_strategy="no",
-        logging_steps=10**6, disable_tqdm=True, use_cpu=not torch.cuda.is_available(),
-        bf16=False, gradient_checkpointing=False, dataloader_num_workers=0,
-        learning_rate=cfg.learning_rate, lr_scheduler_type="linear",
-        max_grad_norm=cfg.max_grad_norm, beta=cfg.kl_coef, epsilon=cfg.clip_range,
-        num_iterations=cfg.ppo_epochs, num_generations=group,
-        per_device_train_batch_size=cfg.mini_batch_size,
-        steps_per_generation=cfg.batch_size // cfg.mini_batch_size,
-        max_steps=cfg.total_steps * updates_per_batch,
-        temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
-        max_completion_length=cfg.max_new_tokens, disable_dropout=True,
-        remove_unused_columns=False)
+    args = peer_args(Config, cfg, out, group, updates_per_batch)
     model = AutoModelForCausalLM.from_pretrained(str(policy), dtype=torch.float32)
     if filter_groups:
         Trainer = dynamic_sampling(Trainer, data, group, cfg.seed, max_gen_batches, ledger)

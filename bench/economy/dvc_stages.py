@@ -7,9 +7,9 @@ rest come from DVC's cache. Besides the arms: `setup` (what every job shares), `
 policy's gold, the point at 0 tokens) and two reports, `report` (the headline arms, writes
 BENCHMARKS.md) and `report_all` (every arm, bench/BENCHMARKS_ALL.md).
 
-    .venv/bin/python bench/economy_dvc.py            # rewrites bench/dvc.yaml
-    .venv/bin/python bench/economy_dvc.py --check    # exit 1 when bench/dvc.yaml is out of date
-    .venv/bin/python bench/economy_dvc.py --run headline --jobs 2   # what `make bench` runs
+    .venv/bin/python -m bench.economy.dvc_stages            # rewrites bench/dvc.yaml
+    .venv/bin/python -m bench.economy.dvc_stages --check    # exit 1 when bench/dvc.yaml is stale
+    .venv/bin/python -m bench.economy.dvc_stages --run headline --jobs 2   # what `make bench` runs
 
 DVC runs one stage at a time in a workspace (its repository lock), so on 2 cores a plain
 `dvc repro` leaves one idle. `--run` reproduces `setup` and `sft` with DVC, asks `dvc status`
@@ -34,9 +34,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+from .arms import ARMS, arm_config, reads
+from .prepare import SETUP_PPO_KEYS
+
+BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
-sys.path.insert(0, str(BENCH))
 
 DVC_YAML = BENCH / "dvc.yaml"
 BENCH_PARAMS = "params.yaml"  # bench/params.yaml: the budget, the seeds, the headline arms
@@ -44,42 +46,46 @@ A = "artifacts"
 # the pipeline artifacts every job starts from (root dvc.yaml's outs)
 COMMON_ARTIFACTS = (f"{A}/models/sft", f"{A}/models/rm_light", f"{A}/store/pool",
                     f"{A}/store/similar", f"{A}/store/difficulty")
-# a feature input (economy.SETUP_KEY key) -> the artifact it is read from
+# a feature input (arms.SETUP_KEY key) -> the artifact it is read from
 INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
                    "rm_strong": f"{A}/models/rm_strong",  # with its score_map.json
                    "score_map": f"{A}/models/rm_strong", "routes": f"{A}/store/routes"}
+# the package's modules every job runs (bench/economy.py's, before it became a package)
+DRIVER_CODE = tuple(f"bench/economy/{m}.py" for m in (
+    "__init__", "__main__", "driver", "arms", "prepare", "results", "job"))
 # code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
-SHARED_CODE = ("bench/economy.py", "pipeline/config.py", "pipeline/policy.py",
+SHARED_CODE = (*DRIVER_CODE, "pipeline/config.py", "pipeline/policy.py",
                "pipeline/decode", "pipeline/text.py", "pipeline/heldout_prompts.py",
                "pipeline/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
                "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
                "store/hashing.py", "store/rollouts.py")
 # what the TRL peers run of ours besides SHARED_CODE
-PEER_CODE = ("bench/economy_peers.py", "pipeline/ppo/accounting.py", "pipeline/ppo/scoring.py",
+PEER_CODE = ("bench/economy/peers.py", "pipeline/ppo/accounting.py", "pipeline/ppo/scoring.py",
              "pipeline/ppo/samplers.py", "pipeline/ppo/config.py", "pipeline/ppo/schedules.py",
              "pipeline/ppo/heldout_gold.py", "pipeline/ppo/generate.py", "pipeline/ppo/core.py",
              "pipeline/ppo/rollout.py")
 # the code of each feature, by the PPOConfig switches that turn it on. A module listed here is
 # that feature's alone unless our trainer's own loop imports it for plain PPO too (SHARED_PPO).
 FEATURE_MODULES: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("prune_on", "resample_on"): ("pipeline/ppo/features/sample_economy.py", "bench/economy_sample.py"),
+    ("prune_on", "resample_on"): ("pipeline/ppo/features/sample_economy.py", "bench/economy/sample.py"),
     ("schedule_on",): ("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py",
-                       "bench/economy_schedule.py"),
+                       "bench/economy/schedule.py"),
     ("escalate_below", "escalate_score_quantile", "escalate_high_risk", "escalate_uncertain",
      "human_labels_per_step", "route_budget_on"): (
         "pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py", "pipeline/world/annotators.py",
-        "pipeline/preferences", "pipeline/router.py", "bench/economy_tiers.py"),
+        "pipeline/preferences", "pipeline/router.py", "bench/economy/tiers.py"),
     ("rm_evolve_on", "rm_gate_mask_on"): (
         "pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py",
-        "pipeline/reward/distill.py", "pipeline/reward/score_map.py", "bench/economy_tiers.py"),
+        "pipeline/reward/distill.py", "pipeline/reward/score_map.py", "bench/economy/tiers.py"),
     ("stratified",): ("pipeline/difficulty.py",),
 }
 # modules a feature names that plain PPO's loop runs as well: every ppo arm depends on them
 # (update.py: the Learner every PPO step runs, though the schedule features name it too)
 SHARED_PPO = ("pipeline/ppo/schedules.py", "pipeline/ppo/diagnostics.py",
               "pipeline/ppo/critic.py", "pipeline/ppo/generate.py", "pipeline/ppo/update.py")
-REPORT_CODE = ("bench/economy.py", "bench/economy_report.py", "bench/economy_stats.py",
-               "bench/economy_sample.py", "bench/economy_schedule.py", "bench/economy_tiers.py")
+REPORT_CODE = (*DRIVER_CODE, "bench/economy/report.py", "bench/economy/figures.py",
+               "bench/economy/stats.py",
+               "bench/economy/sample.py", "bench/economy/schedule.py", "bench/economy/tiers.py")
 
 
 def _on(value) -> bool:
@@ -100,9 +106,8 @@ def feature_modules() -> set[str]:
 def uses(module: str, arm_name: str, base_cfg) -> bool:
     """Whether `arm_name` switches on a feature that owns `module` (the registry's `on` rule
     where the checkout has a registry, else FEATURE_MODULES' switches)."""
-    import economy
 
-    arm = economy.ARMS[arm_name]
+    arm = ARMS[arm_name]
     if arm.trainer != "ppo":
         return False
     on = arm_switches(arm_name, base_cfg)
@@ -111,7 +116,7 @@ def uses(module: str, arm_name: str, base_cfg) -> bool:
     reg = _registry()
     if reg is None:
         return local
-    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    cfg = arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
     bench_side = module.startswith("bench/") or module == "pipeline/difficulty.py"
     return (local and bench_side) or any(f.on(cfg) for f in reg.FEATURES.values()
                                          if module in f.modules)
@@ -128,23 +133,21 @@ def _registry():
 
 def arm_switches(arm_name: str, base_cfg) -> dict:
     """{switch: value} an arm turns on against plain PPO (its config, as it trains)."""
-    import economy
     from rlhf.pipeline.ppo.config import features_on
 
-    arm = economy.ARMS[arm_name]
+    arm = ARMS[arm_name]
     if arm.trainer != "ppo":
         return {}
-    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    cfg = arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
     return {**features_on(cfg), **({"stratified": True} if arm.stratified else {})}
 
 
 def arm_code(arm_name: str, base_cfg) -> list[str]:
     """The repository files an arm runs: shared code, the trainer's (ours: every pipeline/ppo
-    module that is no feature's alone; a peer: economy_peers.py and what it imports of ours) and
+    module that is no feature's alone; a peer: peers.py and what it imports of ours) and
     the modules of the features it switches on."""
-    import economy
 
-    arm = economy.ARMS[arm_name]
+    arm = ARMS[arm_name]
     code = set(SHARED_CODE)
     if arm.trainer != "ppo":
         return sorted(code | set(PEER_CODE))
@@ -154,7 +157,7 @@ def arm_code(arm_name: str, base_cfg) -> list[str]:
     on = arm_switches(arm_name, base_cfg)
     reg = _registry()
     if reg is not None:
-        cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+        cfg = arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
         code |= {m for f in reg.on(cfg) for m in f.modules}
     for switches, mods in FEATURE_MODULES.items():
         if any(_on(on.get(s)) for s in switches):
@@ -164,10 +167,9 @@ def arm_code(arm_name: str, base_cfg) -> list[str]:
 
 
 def arm_artifacts(arm_name: str) -> list[str]:
-    import economy
 
-    arm = economy.ARMS[arm_name]
-    extra = {INPUT_ARTIFACTS[k] for k in INPUT_ARTIFACTS if economy.reads(arm, k)}
+    arm = ARMS[arm_name]
+    extra = {INPUT_ARTIFACTS[k] for k in INPUT_ARTIFACTS if reads(arm, k)}
     if arm.trainer == "ppo" and arm.overrides.get("schedule_on"):
         extra.add(INPUT_ARTIFACTS["pool_embeddings"])
     return sorted(set(COMMON_ARTIFACTS) | extra)
@@ -175,11 +177,10 @@ def arm_artifacts(arm_name: str) -> list[str]:
 
 def arm_params(arm_name: str, base_cfg, params: Path = REPO / "params.yaml") -> dict[str, list[str]]:
     """{params file (repository path): keys} an arm reads."""
-    import economy
 
-    arm = economy.ARMS[arm_name]
+    arm = ARMS[arm_name]
     root = [*arm_ppo_keys(arm_name, params), "judge"]
-    cfg = economy.arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
+    cfg = arm_config(base_cfg, arm, seed=0, steps=2, points=1, tokens=1)
     if arm.trainer == "ppo" and (cfg.human_labels_per_step or (
             cfg.rm_evolve_on and cfg.rm_label_source == "annotators")):
         root.append("preferences")  # the human queue's annotator pool
@@ -196,12 +197,10 @@ def arm_ppo_keys(arm_name: str, params: Path = REPO / "params.yaml") -> list[str
     section but those arm_config sets, the arm's own overrides and, for an arm based on plain
     PPO, the feature switches plain() resets. So changing a seed switch's default (or the
     critic's, or the engine's) stales the seed-based arms alone, never plain PPO's."""
-    import economy
     import yaml
-
     from rlhf.pipeline.ppo.features.registry import plain_values
 
-    arm = economy.ARMS[arm_name]
+    arm = ARMS[arm_name]
     section = yaml.safe_load(params.read_text()).get("ppo") or {}
     fixed = set(ARM_SET) | set(arm.overrides)
     if arm.base == "plain":
@@ -223,7 +222,6 @@ def _rel(path: str) -> str:
 
 def stages(params: Path = REPO / "params.yaml") -> dict:
     """bench/dvc.yaml's `stages:` mapping."""
-    import economy
     from rlhf.pipeline.config import load_section
 
     base = load_section(params, "ppo")
@@ -231,19 +229,19 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
     setup_json = f"{results}/setup.json"
     budget_keys = {BENCH_PARAMS: ["economy.steps", "economy.tokens", "economy.points"]}
     out: dict = {"setup": {
-        "cmd": "python economy.py --dvc setup",
+        "cmd": "cd .. && python -m bench.economy --dvc setup",
         "deps": [_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE)],
-        "params": [{"../params.yaml": [*(f"ppo.{k}" for k in economy.SETUP_PPO_KEYS),
+        "params": [{"../params.yaml": [*(f"ppo.{k}" for k in SETUP_PPO_KEYS),
                                        "judge"]}, budget_keys],
         "outs": [setup_json]}}
-    out["sft"] = {"cmd": "python economy.py --dvc sft",
+    out["sft"] = {"cmd": "cd .. && python -m bench.economy --dvc sft",
                   "deps": [setup_json, *(_rel(p) for p in (*COMMON_ARTIFACTS, *SHARED_CODE))],
                   "outs": [f"{results}/sft.json"]}
-    for name in economy.ARMS:
+    for name in ARMS:
         ps = arm_params(name, base, params)
         out[f"arm_{name}"] = {
             "matrix": {"seed": list(bench_params()["seeds"])},
-            "cmd": f"python economy.py --dvc {name} ${{item.seed}}",
+            "cmd": f"cd .. && python -m bench.economy --dvc {name} ${{item.seed}}",
             "deps": [setup_json, *(_rel(p) for p in arm_artifacts(name)),
                      *(_rel(p) for p in arm_code(name, base))],
             "params": [{"../" + f if not f.startswith("bench/") else f[len("bench/"):]: keys}
@@ -251,13 +249,13 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
             "outs": [f"{results}/{name}/seed${{item.seed}}.json"]}
     bp = bench_params()
     for stage, arms, report in (("report", bp["headline"], "../BENCHMARKS.md"),
-                                ("report_all", list(economy.ARMS), "BENCHMARKS_ALL.md")):
+                                ("report_all", list(ARMS), "BENCHMARKS_ALL.md")):
         out[stage] = {
-            "cmd": f"python economy.py --dvc {stage}",
+            "cmd": f"cd .. && python -m bench.economy --dvc {stage}",
             "deps": [setup_json, f"{results}/sft.json",
                      *(f"{results}/{a}/seed{s}.json" for a in arms for s in bp["seeds"]),
                      *(_rel(p) for p in REPORT_CODE)],
-            # the whole ppo section: every arm's spec (economy.spec_of) is read from it
+            # the whole ppo section: every arm's spec (results.spec_of) is read from it
             "params": [{"../params.yaml": ["ppo"]},
                        {BENCH_PARAMS: ["economy.headline", "economy.seeds", "economy.timing"]}],
             "outs": [{report: {"cache": False}},
@@ -267,7 +265,7 @@ def stages(params: Path = REPO / "params.yaml") -> dict:
 
 HEADER = """\
 # The rollout-economy benchmark as a DVC pipeline (docs/benchmarks.md). GENERATED by
-# bench/economy_dvc.py from bench/economy.py's arms: rerun it, never edit by hand.
+# bench/economy/dvc_stages.py from bench/economy/arms.py: rerun it, never edit by hand.
 #   make bench        the headline arms (bench/params.yaml economy.headline) x economy.seeds
 #   make bench-all    every arm
 # One stage per arm, run once per seed (matrix); its deps are the code it runs, the params it
@@ -285,9 +283,8 @@ def targets(which: str) -> list[str]:
     """The bench stages `make bench` / `make bench-all` reproduce, upstream first. They run
     one by one (`dvc repro --single-item`): the pipeline's own stages are never rebuilt from
     here (`make bench` refuses to start while `dvc status dvc.yaml` reports a change)."""
-    import economy
 
-    arms = bench_params()["headline"] if which == "headline" else list(economy.ARMS)
+    arms = bench_params()["headline"] if which == "headline" else list(ARMS)
     report = "report" if which == "headline" else "report_all"
     return [f"bench/dvc.yaml:{s}" for s in ("setup", "sft", *(f"arm_{a}" for a in arms),
                                             report)]
@@ -341,10 +338,9 @@ def yaml_stages() -> dict:
 def run(which: str, jobs: int) -> int:
     """`make bench` / `make bench-all`: the stale stages of `targets(which)`, arm x seed items
     `jobs` at a time (module docstring)."""
-    import economy
 
     bp = bench_params()
-    arms = bp["headline"] if which == "headline" else list(economy.ARMS)
+    arms = bp["headline"] if which == "headline" else list(ARMS)
     tg = targets(which)
     dvc = _dvc()
     if subprocess.call([dvc, "repro", "--single-item", *tg[:2]], cwd=REPO) != 0:
@@ -369,7 +365,8 @@ def run(which: str, jobs: int) -> int:
         out.unlink(missing_ok=True)  # as dvc repro removes a stage's outs before its cmd
         t = time.perf_counter()
         with open(logs / f"{name}-{seed}.log", "w") as fh:
-            rc = subprocess.call([sys.executable, "economy.py", "--dvc", name, seed], cwd=BENCH,
+            rc = subprocess.call([sys.executable, "-m", "bench.economy", "--dvc", name, seed],
+                                 cwd=REPO,
                                  stdout=fh, stderr=subprocess.STDOUT)
         why = f"rc={rc}, log bench/results/logs/{name}-{seed}.log"
         if rc == 0 and _code_state(code) != before:
@@ -393,7 +390,8 @@ def run(which: str, jobs: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.economy.dvc_stages",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when bench/dvc.yaml is stale")
     ap.add_argument("--targets", choices=("headline", "all"),
                     help="print the stages of `make bench` (headline) or `make bench-all`, in "
@@ -411,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render()
     if args.check:
         if not DVC_YAML.exists() or DVC_YAML.read_text() != text:
-            print("bench/dvc.yaml is out of date: run `python bench/economy_dvc.py`")
+            print("bench/dvc.yaml is out of date: run `python -m bench.economy.dvc_stages`")
             return 1
         print("bench/dvc.yaml is up to date")
         return 0

@@ -1,7 +1,7 @@
-"""The rollout scheduler's own figures in bench/economy.py (seed 001 §4.3): computed
+"""The rollout scheduler's own figures in the benchmark (seed 001 §4.3): computed
 in the job from the run's `schedule` and `rollouts` rows before its work folder goes, saved in
 the result JSON under `schedule`, and reported in BENCHMARKS.md by `report_section`
-(economy_report.write_report calls it).
+(report.write_report calls it).
 
 Per run (`job_figures`):
 - trigger rate: rollouts over scheduling decisions (rolled out + skipped; a kept candidate the

@@ -1,4 +1,4 @@
-"""Rollout economy inside a sample in bench/economy.py: what a job measures beside gold
+"""Rollout economy inside a sample in the benchmark (bench/economy): what a job measures beside gold
 and tokens (the `Probe`), and the report's tables of it (`section`, called by write_report).
 
 The Probe is a post-scoring hook that runs after every other one and changes nothing the run
@@ -26,7 +26,6 @@ import statistics
 from pathlib import Path
 
 import torch
-
 from rlhf.pipeline.ppo.hooks import HookBase
 
 
@@ -39,8 +38,8 @@ class Probe(HookBase):
 
     @torch.no_grad()
     def after_score(self, ctx, r, cost) -> None:
-        from rlhf.pipeline.ppo.generate import sampling_of
         from rlhf.pipeline.ppo.features.sample_economy import continue_from_prefix
+        from rlhf.pipeline.ppo.generate import sampling_of
         from rlhf.pipeline.text import response_of
         from rlhf.pipeline.world.judge import gold_score
 
@@ -155,9 +154,10 @@ def pairwise(runs: dict[str, list[dict]], sft_gold: float, baseline: str,
     """Each arm against `baseline` alone, at the pair's own equal tokens (the fewer final tokens
     of the two arms' runs), not at the fewest of every arm in the report: gold there, and the
     tokens the arm needs to reach the baseline's mean gold there, as a ratio with its bootstrap
-    interval (economy_stats)."""
-    import economy_stats as st
+    interval (stats.py)."""
     import numpy as np
+
+    from . import stats as st
 
     if baseline not in runs:
         return []
@@ -200,7 +200,7 @@ def section(runs: dict[str, list[dict]], sft_gold: float | None = None,
             baseline: str = "plain") -> list[str]:
     """The report's lines for the sample-economy arms (empty when none ran)."""
     lines = ["### Inside a sample: pruning and resampling", "",
-             ("Definitions: bench/economy_sample.py. *useful* = rollouts that reach the update and "
+             ("Definitions: bench/economy/sample.py. *useful* = rollouts that reach the update and "
               "are not pruned, over rollouts started (regenerations included); *tokens saved* = "
               "what the pruned samples would still have generated (a copy finished offline by "
               "the same policy), over generated + saved; *precision* = share of pruned samples "

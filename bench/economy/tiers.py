@@ -1,7 +1,7 @@
 """Tiered rollout and RM evolution's own figures in bench/economy.py (seed 001 §4.1,
 seed 000 §3.4): computed in the job from the run's `rollouts` (debug texts), `rm_scores` and
 `human_labels` rows before its work folder goes, saved in the result JSON under `tiers`, and
-reported in BENCHMARKS.md by `report_section` (economy_report.write_report calls it).
+reported in BENCHMARKS.md by `report_section` (report.write_report calls it).
 
 Per run (`job_figures`), every training sample judged by the setup's gold judge:
 - Level-2 share (seed: < 7 %), escalations by trigger, human labels;

@@ -1,4 +1,4 @@
-"""The `--quick` world of bench/economy.py: a tiny policy, a light RM and prompts built in seconds.
+"""The `--quick` world of the benchmark (bench/economy): a tiny policy, a light RM and prompts built in seconds.
 
 A word-level tokenizer over a few dozen words, a 2-layer LlamaForCausalLM (hidden 32) as the SFT
 policy, a 2-layer LlamaForSequenceClassification as the light RM (a plain checkpoint folder, which
@@ -7,8 +7,8 @@ like the full run's artifacts/store/pool) and held-out prompts as JSON. Nothing 
 point is that every path of the harness runs, with real token counts and real gold scores (the
 world's gold judge scores length and repetition of any text).
 
-    .venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); import economy_world as w, \
-pathlib; print(w.build(pathlib.Path('/tmp/qw')))"
+    .venv/bin/python -c "from bench.economy import world as w; import pathlib; \
+print(w.build(pathlib.Path('/tmp/qw')))"
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def build_artifacts(root: Path) -> Path:
     models/sft, models/rm_light and the store's pool (ppo and eval splits), similar and
     difficulty tables, so bench/dvc.yaml's stages run end to end in seconds without `make run`.
 
-        .venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); import economy_world as w, \
-pathlib; w.build_artifacts(pathlib.Path('/tmp/tiny-artifacts'))"
+        .venv/bin/python -c "from bench.economy import world as w; import pathlib; \
+w.build_artifacts(pathlib.Path('/tmp/tiny-artifacts'))"
     """
     import shutil
     import tempfile
