@@ -48,7 +48,7 @@ def set_threads() -> int:
     `dvc repro` runs one stage at a time, so a stage has the cores to itself: on this machine's
     idle 2 cores two threads train a MiniLM RM 2.1x (a step of 64 texts 7.75 -> 3.67 s), score
     with it 2.0x, train the SFT policy 1.6x and sample it 1.3x faster than one
-    (bench/threads.py). Where processes share the cores (bench/economy.py's parallel jobs,
+    (bench/threads.py). Where processes share the cores (bench/economy/'s parallel jobs,
     the test suite), two OpenMP threads that wait for each other are several times slower than
     one (a tiny-Llama training step took 9.3 s with 2 threads and 1.15 s with 1 while other
     processes kept both cores busy): those set RLHF_TORCH_THREADS=1.

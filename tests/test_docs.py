@@ -275,9 +275,6 @@ DOTTED = re.compile(r"(?<![\w.])rlhf\.((?:pipeline|cli|store)(?:\.\w+)+)")
 # (.gitignore says the same), `make bench-all`'s report, and the file a command's flag names
 OUTPUT = re.compile(r"(profiles/[^/]+/)?artifacts/(?!metrics/)|bench/BENCHMARKS_ALL\.md$")
 WRITES = re.compile(r"(--(?:json|out[\w-]*|report|metrics)[ =]|\s>\s*)$")
-# stale paths in pipeline/ docstrings, left for the relock to fix: empty it when they are
-FROZEN = {"pipeline/decode/static.py:20: pipeline/engine.py",
-          "pipeline/decode/static_sample.py:4: pipeline/engine.py"}
 
 
 def _defines(module: Path, name: str) -> bool:
@@ -376,10 +373,8 @@ def stale_paths(root: Path) -> list[str]:
 
 
 def test_every_quoted_path_exists(repo):
-    bad = set(stale_paths(repo))
-    stale = sorted(bad - FROZEN)
+    stale = stale_paths(repo)
     assert not stale, "quoted, not in the repository:\n" + "\n".join(stale)
-    assert FROZEN <= bad, f"fixed: {sorted(FROZEN - bad)}; take them out of FROZEN"
 
 
 def test_a_stale_quoted_path_is_caught(tmp_path):

@@ -50,7 +50,7 @@ COMMON_ARTIFACTS = (f"{A}/models/sft", f"{A}/models/rm_light", f"{A}/store/pool"
 INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
                    "rm_strong": f"{A}/models/rm_strong",  # with its score_map.json
                    "score_map": f"{A}/models/rm_strong", "routes": f"{A}/store/routes"}
-# the package's modules every job runs (bench/economy.py's, before it became a package)
+# the package's modules every job runs (the driver's: arms, prepare, results, job, driver)
 DRIVER_CODE = tuple(f"bench/economy/{m}.py" for m in (
     "__init__", "__main__", "driver", "arms", "prepare", "results", "job"))
 # code every job runs (held-out gold, the store, the policy and RM loaders, the setup)

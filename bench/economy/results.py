@@ -125,7 +125,7 @@ def committed_ids(paths: list[str], commit: str = "HEAD") -> dict[str, str]:
 
 
 def job_code(setup: dict, arm: str) -> list[str]:
-    """The repository files a job runs (bench/economy_dvc.py: the DVC stage's code deps)."""
+    """The repository files a job runs (bench/economy/dvc_stages.py: the DVC stage's code deps)."""
     from . import dvc_stages
 
     if arm == "sft":

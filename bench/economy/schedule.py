@@ -15,7 +15,7 @@ Per run (`job_figures`):
   estimate, so the error has a yardstick;
 - SFT's held-out gold by difficulty bucket (the sft job's saved result predates the buckets).
 
-    .venv/bin/python bench/economy.py --arms plain scheduler --report /tmp/B.md
+    .venv/bin/python -m bench.economy --arms plain scheduler --report /tmp/B.md
 """
 
 from __future__ import annotations

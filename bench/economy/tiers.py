@@ -1,4 +1,4 @@
-"""Tiered rollout and RM evolution's own figures in bench/economy.py (seed 001 §4.1,
+"""Tiered rollout and RM evolution's own figures in bench/economy/ (seed 001 §4.1,
 seed 000 §3.4): computed in the job from the run's `rollouts` (debug texts), `rm_scores` and
 `human_labels` rows before its work folder goes, saved in the result JSON under `tiers`, and
 reported in BENCHMARKS.md by `report_section` (report.write_report calls it).
@@ -11,7 +11,7 @@ Per run (`job_figures`), every training sample judged by the setup's gold judge:
   scored (its `rm_scores` rows), with the RM versions live in the window: static (Level 0+2
   arm) against evolving (the RM evolution arm), swaps counted from the run's events.
 
-    .venv/bin/python bench/economy.py --arms plain level02 rm_evolution --report /tmp/B.md
+    .venv/bin/python -m bench.economy --arms plain level02 rm_evolution --report /tmp/B.md
 """
 
 from __future__ import annotations

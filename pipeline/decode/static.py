@@ -17,7 +17,7 @@ slots move to that bucket (one `index_select` of the cache; the distinct shapes 
 Which models get it: a model whose class declares `_can_compile_fullgraph` and whose static
 cache has only full-attention `StaticLayer`s (a sliding-window layer keeps host-side state that
 a replayed graph would not update), in eval mode. Any other model goes through the native
-engine (pipeline/engine.py), exact as before: `static_path(model)` says which.
+engine (pipeline/decode/native.py), exact as before: `static_path(model)` says which.
 
 Caller logits processors and stopping criteria (the generation hooks) still work: the graph
 then holds the forward only, and the processors and criteria run eagerly between it and the

@@ -1,7 +1,7 @@
 """Sampling inside the static decode step (pipeline/decode/static.py): one function of fixed
 shapes and no host sync, so that it runs inside a captured CUDA graph.
 
-What it computes is the native engine's (pipeline/engine.py), in model.generate's order: the pad
+What it computes is the native engine's (pipeline/decode/native.py), in model.generate's order: the pad
 token suppressed, the caller's processors (outside, between the forward and this), temperature
 (`TemperatureLogitsWarper`), top-p (`TopPLogitsWarper` itself: it sorts the whole row, which is
 shape-static, where the native engine's CPU `top_p_sample` orders only the nucleus' edge through

@@ -1,6 +1,6 @@
 """What a PPO step costs: tokens, rollouts, reward-model calls and seconds per phase.
 
-The x-axes of the rollout-economy benchmark (bench/economy.py) and of every saving claim: a
+The x-axes of the rollout-economy benchmark (bench/economy/) and of every saving claim: a
 feature that prunes, replaces or screens samples must still pay for every token the policy
 generated. One `StepCost` per step goes into metrics.jsonl, summary.json and `train_metrics`;
 `Totals` keeps the run's cumulative sums (checkpointed, so a resumed run counts on exactly).

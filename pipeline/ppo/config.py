@@ -31,7 +31,7 @@ class PPOCore:
     total_steps: int = 40
     # a budget of generated tokens (every token the policy sampled, accounting.py): the run
     # stops after the step that reaches it (0 = none; `total_steps` still bounds the run), so
-    # arms that spend fewer tokens a step can be compared at an equal budget (bench/economy.py)
+    # arms that spend fewer tokens a step can be compared at an equal budget (bench/economy/)
     total_tokens: int = 0
     batch_size: int = 8  # prompts per step (per process)
     mini_batch_size: int = 4  # rollouts per optimiser step
@@ -74,7 +74,7 @@ class PPOCore:
     attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     # held-out gold evaluation of the SFT and the PPO policy after training (`rlhf ppo
     # --heldout-store`, pipeline/ppo/heldout_gold.py): both sampled as PPO samples (temperature,
-    # top_p, max_new_tokens above), the same as the eval stage and bench/economy.py
+    # top_p, max_new_tokens above), the same as the eval stage and bench/economy/
     heldout_eval: bool = True
     eval_seed: int = 0
     # scale-out (pipeline/ppo/engines.py): "none" = one process, or plain data parallel (DDP)

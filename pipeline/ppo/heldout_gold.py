@@ -1,7 +1,7 @@
 """Held-out gold evaluation of a PPO run: the gold judge's scores of the SFT policy and of the
 PPO policy on the same held-out prompts, with the same sampling (what `artifacts/metrics/ppo.json`
 reports), sampled exactly as PPO samples (`generate.sampling_of(cfg)`; the eval stage and
-bench/economy.py use the same settings). The judge is the one params.yaml's `judge:` section names
+bench/economy/ use the same settings). The judge is the one params.yaml's `judge:` section names
 (pipeline/judges.py; the world's gold judge when none is given) and never trains anything.
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training

@@ -408,7 +408,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     key: path or loaded object} of what the features read (features/inputs.py: strong_reward,
     embeddings, routes, score_map; `params` the params file the annotator pool comes from);
     `tables`: {table: folder} of the feature tables (features' `Table`s). `probe`: a
-    post-scoring hook run after the config's (bench/economy_sample.py's measurement).
+    post-scoring hook run after the config's (bench/economy/sample.py's measurement).
     `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only)."""
     from rlhf.pipeline.progress import quiet_libraries
 

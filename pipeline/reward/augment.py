@@ -91,7 +91,7 @@ def _ordered(prompt: str, a: str, sa: float, b: str, sb: float) -> dict[str, str
 
 # ---------------------------------------------------------------------------------------------
 # Reward-hacking twins: the degenerations PPO finds first when it over-optimises an RM that never
-# saw them (bench/economy.py, docs/README.md): a sentence repeated, a
+# saw them (bench/economy/, docs/README.md): a sentence repeated, a
 # sentence turned into a bag of its words (keyword stuffing), an answer cut to a few words.
 # Each twin is re-scored by the re-scorer, like every other augmentation: the RM learns the order
 # the judge gives, never a hard-coded penalty.

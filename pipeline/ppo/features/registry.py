@@ -182,7 +182,7 @@ def declared_fields() -> dict[str, ConfigField]:
 
 
 def input_switches() -> dict[str, tuple[str, ...]]:
-    """{input key: the switches that read it} (bench/economy.py's `reads`)."""
+    """{input key: the switches that read it} (bench/economy/arms.py's `reads`)."""
     out: dict[str, list[str]] = {}
     for f in ordered():
         for key, switches in f.inputs.items():
