@@ -1,0 +1,294 @@
+"""Derive each dvc.yaml stage's code deps from the static import graph, never keep them by hand.
+
+    python docs/dvc_deps.py                      # rewrite the code deps of dvc.yaml's stages
+    python docs/dvc_deps.py --check              # name the stages whose code deps are stale (exit 1)
+    python docs/dvc_deps.py profiles/realdata/dvc.yaml
+
+A stage's code is what its command runs: `rlhf <command>` -> the cli module that defines the
+command (cli/app.py's `app.command(...)` / `app.add_typer(...)`) -> every `rlhf.pipeline`,
+`rlhf.cli` and `rlhf.store` module it imports, at module level or inside a function, followed
+transitively (an import of `rlhf.a.b` runs `a/__init__.py` too, and whatever that imports;
+`if TYPE_CHECKING:` blocks never run and are skipped). The code part of a stage's `deps:` (the
+entries under pipeline/, cli/, store/) becomes the smallest sorted list covering those files: a
+folder where every .py file under it is needed, else the files. Data deps (artifacts/...,
+../shared/...) and their comments stay exactly as written; a comment on a code dep stays while
+that dep does. This script lives outside the code folders so that it is no stage's dep itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = ("pipeline", "cli", "store")
+# What a module reads beside its code (SQL files loaded by path): needed with the module.
+DATA_BESIDE = {"store/rollup.py": ("store/rollups",), "store/query.py": ("store/audits",)}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def module_file(root: Path, dotted: str) -> Path | None:
+    """The file `rlhf.<dotted>` runs: `x/y.py` or the package's `x/y/__init__.py`."""
+    parts = dotted.split(".")
+    if not parts or parts[0] not in ROOTS:
+        return None
+    base = root.joinpath(*parts)
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
+
+
+def _dotted(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imported_modules(root: Path, path: Path) -> set[str]:
+    """The in-repo modules (dotted, without `rlhf.`) one file imports, anywhere in its body."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    me = _dotted(root, path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+
+    def names(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                names(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("rlhf."):
+                    found.add(alias.name[len("rlhf."):])
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("rlhf."):
+                target = node.module[len("rlhf."):]
+            elif node.module == "rlhf":
+                target = ""
+            else:
+                target = None
+            if target is not None:
+                if target:
+                    found.add(target)
+                for alias in node.names:  # `from rlhf.pipeline import progress`: a submodule
+                    found.add(f"{target}.{alias.name}" if target else alias.name)
+        for child in ast.iter_child_nodes(node):
+            names(child)
+
+    names(tree)
+    return found
+
+
+def closure(root: Path, start: list[Path]) -> set[Path]:
+    """Every repository file that running `start` executes (parents' __init__.py included)."""
+    seen: set[Path] = set()
+    todo = list(start)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for dotted in imported_modules(root, path):
+            parts = dotted.split(".")
+            for i in range(1, len(parts) + 1):  # `import a.b.c` runs a, a.b and a.b.c
+                file = module_file(root, ".".join(parts[:i]))
+                if file is not None and file not in seen:
+                    todo.append(file)
+        parts = _dotted(root, path).split(".")
+        for i in range(1, len(parts)):
+            file = module_file(root, ".".join(parts[:i]))
+            if file is not None and file not in seen:
+                todo.append(file)
+    return seen
+
+
+def command_modules(root: Path) -> dict[str, Path]:
+    """{`rlhf` command: the cli module defining it}, read from cli/app.py's registrations."""
+    app = root / "cli" / "app.py"
+    tree = ast.parse(app.read_text(encoding="utf-8"))
+    bound: dict[str, str] = {}  # local name -> dotted module (without rlhf.)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlhf."):
+            mod = node.module[len("rlhf."):]
+            for alias in node.names:
+                sub = f"{mod}.{alias.name}"
+                bound[alias.asname or alias.name] = sub if module_file(root, sub) else mod
+    commands: dict[str, Path] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (isinstance(func, ast.Call) and isinstance(func.func, ast.Attribute)
+                and func.func.attr == "command" and isinstance(func.func.value, ast.Name)
+                and func.func.value.id == "app" and func.args and node.args):
+            name, target = func.args[0].value, node.args[0]
+            owner = target.value.id if isinstance(target, ast.Attribute) else target.id
+        elif (isinstance(func, ast.Attribute) and func.attr == "add_typer"
+              and isinstance(func.value, ast.Name) and func.value.id == "app"):
+            kw = {k.arg: k.value for k in node.keywords}
+            if "name" not in kw or not isinstance(node.args[0], ast.Name):
+                continue
+            name, owner = kw["name"].value, node.args[0].id
+        else:
+            continue
+        if owner in bound and (file := module_file(root, bound[owner])) is not None:
+            commands[name] = file
+    return commands
+
+
+def covering(root: Path, files: set[Path]) -> list[str]:
+    """The smallest sorted list of folders and files covering `files` (a folder only where every
+    .py file under it is in `files`), plus the data each needed module reads beside it."""
+    out: list[str] = []
+
+    def cover(folder: Path) -> None:
+        for child in sorted(folder.iterdir()):
+            if child.name == "__pycache__":
+                continue
+            if child.is_dir():
+                pys = [p for p in child.rglob("*.py") if "__pycache__" not in p.parts]
+                if pys and all(p in files for p in pys):
+                    out.append(child.relative_to(root).as_posix())
+                elif any(p in files for p in pys):
+                    cover(child)
+            elif child in files:
+                out.append(child.relative_to(root).as_posix())
+
+    for top in ROOTS:
+        cover(root / top)
+    rels = {p.relative_to(root).as_posix() for p in files}
+    for module, data in DATA_BESIDE.items():
+        if module in rels:
+            out += [d for d in data if not any(d == o or d.startswith(o + "/") for o in out)]
+    return sorted(out)
+
+
+def derived(root: Path, cmd: str, commands: dict[str, Path]) -> list[str] | None:
+    """A stage's derived code deps, from its `rlhf <command>` (None: not an rlhf command)."""
+    words = cmd.split()
+    if len(words) < 2 or words[0] != "rlhf" or words[1] not in commands:
+        return None
+    return covering(root, closure(root, [commands[words[1]]]))
+
+
+def is_code(entry: str, prefix: str = "") -> bool:
+    """Whether a deps entry is repository code (`prefix`: the way up from the dvc.yaml's folder)."""
+    return entry.startswith(prefix) and entry[len(prefix):].split("/", 1)[0] in ROOTS
+
+
+ENTRY = re.compile(r"^(\s*)- ([^\s#]+)(\s*#.*)?$")
+
+
+def _deps_blocks(lines: list[str]) -> dict[str, tuple[int, int]]:
+    """{stage: (first, end)} line spans of each stage's deps list in a dvc.yaml's text."""
+    blocks, stage, i = {}, None, 0
+    while i < len(lines):
+        line = lines[i]
+        if m := re.match(r"^  ([\w.-]+):\s*$", line):
+            stage = m.group(1)
+        elif stage and re.match(r"^    deps:\s*$", line):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith("      ") or not lines[j].strip()):
+                j += 1
+            while j > i + 1 and not lines[j - 1].strip():
+                j -= 1
+            blocks[stage] = (i + 1, j)
+            i = j
+            continue
+        i += 1
+    return blocks
+
+
+def rewrite_block(block: list[str], code: list[str], prefix: str = "") -> list[str]:
+    """The deps lines with the code entries replaced by `code`: data entries and their comments
+    untouched, a kept code entry keeps its inline and preceding comments."""
+    indent = "      "
+    groups: list[tuple[list[str], str | None, str]] = []  # (comments before, path, line)
+    pending: list[str] = []
+    for line in block:
+        m = ENTRY.match(line)
+        if m:
+            indent = m.group(1)
+            groups.append((pending, m.group(2), line))
+            pending = []
+        else:
+            pending.append(line)
+    out: list[str] = []
+    listed = {path: (pre, line) for pre, path, line in groups if is_code(path, prefix)}
+    placed = False
+    for pre, path, line in groups:
+        if not is_code(path, prefix):
+            out += pre + [line]
+        elif not placed:
+            placed = True
+            for entry in code:
+                pre_c, line_c = listed.get(entry, ([], f"{indent}- {entry}"))
+                out += pre_c + [line_c]
+    if not placed:
+        out += [f"{indent}- {entry}" for entry in code]
+    return out + pending
+
+
+def process(dvc_yaml: Path, root: Path, write: bool) -> list[str]:
+    """The stages whose listed code deps differ from the derived ones (rewritten when `write`)."""
+    text = dvc_yaml.read_text(encoding="utf-8")
+    up = os.path.relpath(root, dvc_yaml.resolve().parent)
+    prefix = "" if up == "." else up + "/"
+    stages = (yaml.safe_load(text) or {}).get("stages", {})
+    commands = command_modules(root)
+    lines = text.splitlines()
+    blocks = _deps_blocks(lines)
+    stale: list[str] = []
+    for stage in reversed(list(blocks)):
+        cmd = " ".join(str(stages.get(stage, {}).get("cmd", "")).split())
+        code = derived(root, cmd, commands)
+        if code is None:
+            continue
+        code = [prefix + entry for entry in code]
+        first, end = blocks[stage]
+        listed = [m.group(2) for line in lines[first:end]
+                  if (m := ENTRY.match(line)) and is_code(m.group(2), prefix)]
+        if listed != code:
+            stale.append(stage)
+            lines[first:end] = rewrite_block(lines[first:end], code, prefix)
+    if write and stale:
+        dvc_yaml.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return sorted(stale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help="dvc.yaml files (default: dvc.yaml)")
+    parser.add_argument("--check", action="store_true", help="list stale stages, write nothing")
+    parser.add_argument("--root", type=Path, default=REPO, help="the repository root")
+    args = parser.parse_args(argv)
+    bad = 0
+    for file in args.files or [args.root / "dvc.yaml"]:
+        if not file.is_file():
+            print(f"error: {file}: no such file", file=sys.stderr)
+            return 2
+        stale = process(file, args.root.resolve(), write=not args.check)
+        verb = "stale code deps" if args.check else "rewrote code deps"
+        if stale:
+            print(f"{file}: {verb}: {', '.join(stale)}")
+            bad = 1
+    return bad if args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
