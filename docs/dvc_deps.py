@@ -56,69 +56,105 @@ def _dotted(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(root: Path, path: Path) -> set[str]:
-    """The in-repo modules (dotted, without `rlhf.`) one file imports, anywhere in its body."""
+IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def units(root: Path, path: Path) -> list[tuple[str | None, set[str], set[str]]]:
+    """One file as (function name, in-repo modules imported, names referenced) units: the module's
+    own code (class bodies and methods whole: a library may call a method by protocol), then each
+    top-level function (nested defs included) unless decorated, which is module code too (a
+    decorator may register it). Modules are dotted without `rlhf.`; names come from identifiers,
+    attributes, imported names and the words of non-docstring strings (`getattr`, "mod:Class")."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     me = _dotted(root, path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-    found: set[str] = set()
 
-    def names(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                names(child)
-            return
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("rlhf."):
-                    found.add(alias.name[len("rlhf."):])
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.startswith("rlhf."):
-                target = node.module[len("rlhf."):]
-            elif node.module == "rlhf":
-                target = ""
-            else:
-                target = None
-            if target is not None:
-                if target:
-                    found.add(target)
-                for alias in node.names:  # `from rlhf.pipeline import progress`: a submodule
-                    found.add(f"{target}.{alias.name}" if target else alias.name)
-        for child in ast.iter_child_nodes(node):
-            names(child)
+    def scan(nodes: list[ast.AST], imports: set[str], refs: set[str]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and _is_type_checking(node.test):
+                scan(node.orelse, imports, refs)  # TYPE_CHECKING imports never run
+                continue
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # a docstring
+            if isinstance(node, ast.Name):
+                refs.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                refs.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                refs.update(IDENT.findall(node.value))
+            elif isinstance(node, ast.Import):
+                imports.update(a.name[len("rlhf."):] for a in node.names
+                               if a.name.startswith("rlhf."))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                elif node.module and node.module.startswith("rlhf."):
+                    target = node.module[len("rlhf."):]
+                else:
+                    target = "" if node.module == "rlhf" else None
+                if target is not None:
+                    imports.update([target] if target else [])
+                    # `from rlhf.pipeline import progress`: a submodule, or a name in the package
+                    imports.update(f"{target}.{a.name}" if target else a.name for a in node.names)
+                refs.update(a.name for a in node.names)
+            scan(list(ast.iter_child_nodes(node)), imports, refs)
 
-    names(tree)
-    return found
-
-
-def closure(root: Path, start: list[Path]) -> set[Path]:
-    """Every repository file that running `start` executes (parents' __init__.py included)."""
-    seen: set[Path] = set()
-    todo = list(start)
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for dotted in imported_modules(root, path):
-            parts = dotted.split(".")
-            for i in range(1, len(parts) + 1):  # `import a.b.c` runs a, a.b and a.b.c
-                file = module_file(root, ".".join(parts[:i]))
-                if file is not None and file not in seen:
-                    todo.append(file)
-        parts = _dotted(root, path).split(".")
-        for i in range(1, len(parts)):
-            file = module_file(root, ".".join(parts[:i]))
-            if file is not None and file not in seen:
-                todo.append(file)
-    return seen
+    module: tuple[None, set[str], set[str]] = (None, set(), set())
+    out: list[tuple[str | None, set[str], set[str]]] = [module]
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list:
+            unit = (node.name, set(), set())
+            scan(node.body, unit[1], unit[2])
+            # defaults are evaluated when the module runs
+            scan([d for d in node.args.defaults + node.args.kw_defaults if d], module[1], module[2])
+            out.append(unit)
+        else:
+            scan([node], module[1], module[2])
+    return out
 
 
-def command_modules(root: Path) -> dict[str, Path]:
-    """{`rlhf` command: the cli module defining it}, read from cli/app.py's registrations."""
+def _files_of(root: Path, dotted: str) -> list[Path]:
+    """The files importing `rlhf.<dotted>` runs: every package's __init__.py on the way, itself."""
+    parts = dotted.split(".")
+    return [f for i in range(1, len(parts) + 1)
+            if (f := module_file(root, ".".join(parts[:i]))) is not None]
+
+
+def closure(root: Path, start: list[Path], entry: set[str] | None = None) -> set[Path]:
+    """Every repository file that running `start` can execute (parents' __init__.py included).
+    A top-level function's imports count once its name is referenced by code that runs, or is in
+    `entry` (the command's function); `entry` None: every function of `start` runs."""
+    files: set[Path] = set()
+    names: set[str] = set(entry or ())
+    parsed: dict[Path, list] = {}
+    done: set[tuple[Path, str | None]] = set()
+    todo = [f for p in start for f in [p, *_files_of(root, _dotted(root, p))]]
+    changed = True
+    while changed:
+        changed = False
+        while todo:
+            path = todo.pop()
+            if path not in files:
+                files.add(path)
+                parsed[path] = units(root, path)
+                changed = True
+        for path in list(files):
+            for name, imports, refs in parsed[path]:
+                runs = (name is None or name in names
+                        or (entry is None and path in start))
+                if not runs or (path, name) in done:
+                    continue
+                done.add((path, name))
+                changed = True
+                names |= refs
+                todo += [f for d in imports for f in _files_of(root, d) if f not in files]
+    return files
+
+
+def command_modules(root: Path) -> dict[str, tuple[Path, set[str]]]:
+    """{`rlhf` command: (the cli module defining it, its function's name)}, read from cli/app.py's
+    registrations (a sub-app's commands are decorated: they run as module code)."""
     app = root / "cli" / "app.py"
     tree = ast.parse(app.read_text(encoding="utf-8"))
     bound: dict[str, str] = {}  # local name -> dotted module (without rlhf.)
@@ -128,7 +164,7 @@ def command_modules(root: Path) -> dict[str, Path]:
             for alias in node.names:
                 sub = f"{mod}.{alias.name}"
                 bound[alias.asname or alias.name] = sub if module_file(root, sub) else mod
-    commands: dict[str, Path] = {}
+    commands: dict[str, tuple[Path, set[str]]] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -137,17 +173,19 @@ def command_modules(root: Path) -> dict[str, Path]:
                 and func.func.attr == "command" and isinstance(func.func.value, ast.Name)
                 and func.func.value.id == "app" and func.args and node.args):
             name, target = func.args[0].value, node.args[0]
-            owner = target.value.id if isinstance(target, ast.Attribute) else target.id
+            if not isinstance(target, ast.Attribute) or not isinstance(target.value, ast.Name):
+                continue
+            owner, entry = target.value.id, {target.attr}
         elif (isinstance(func, ast.Attribute) and func.attr == "add_typer"
               and isinstance(func.value, ast.Name) and func.value.id == "app"):
             kw = {k.arg: k.value for k in node.keywords}
             if "name" not in kw or not isinstance(node.args[0], ast.Name):
                 continue
-            name, owner = kw["name"].value, node.args[0].id
+            name, owner, entry = kw["name"].value, node.args[0].id, set()
         else:
             continue
         if owner in bound and (file := module_file(root, bound[owner])) is not None:
-            commands[name] = file
+            commands[name] = (file, entry)
     return commands
 
 
@@ -178,12 +216,13 @@ def covering(root: Path, files: set[Path]) -> list[str]:
     return sorted(out)
 
 
-def derived(root: Path, cmd: str, commands: dict[str, Path]) -> list[str] | None:
+def derived(root: Path, cmd: str, commands: dict[str, tuple[Path, set[str]]]) -> list[str] | None:
     """A stage's derived code deps, from its `rlhf <command>` (None: not an rlhf command)."""
     words = cmd.split()
     if len(words) < 2 or words[0] != "rlhf" or words[1] not in commands:
         return None
-    return covering(root, closure(root, [commands[words[1]]]))
+    file, entry = commands[words[1]]
+    return covering(root, closure(root, [file], entry))
 
 
 def is_code(entry: str, prefix: str = "") -> bool:

@@ -37,7 +37,7 @@ def test_planted_import_names_its_stage_and_rewrite_fixes_it(tmp_path):
     assert deps.process(root / "dvc.yaml", root, write=False) == []
     # route's cli module now imports the export stage's module (which no stage lists yet)
     route = root / "cli" / "route.py"
-    route.write_text(route.read_text() + "\n\ndef _x():\n    from rlhf.pipeline import export\n")
+    route.write_text(route.read_text() + "\nfrom rlhf.pipeline import export  # noqa\n")
     assert deps.process(root / "dvc.yaml", root, write=False) == ["route"]
     assert deps.main(["--check", "--root", str(root), str(root / "dvc.yaml")]) == 1
     assert deps.main(["--root", str(root), str(root / "dvc.yaml")]) == 0
@@ -69,7 +69,10 @@ def tiny(tmp_path):
             app.command("one")(one_cmd.one)
             app.add_typer(two_app, name="two")
         """,
-        "cli/one.py": "from rlhf.pipeline.a import f\n",           # module-level
+        "cli/one.py": "from rlhf.pipeline.a import f\n"            # module-level
+                      "def one():\n    g()\n"
+                      "def g():\n    import rlhf.store.io\n"       # reached through one()
+                      "def other():\n    import rlhf.pipeline.unused\n",  # another command's
         "cli/two.py": "def two_app():\n    import rlhf.pipeline.pkg.inner\n",  # function-level
         "pipeline/__init__.py": "",
         "pipeline/a.py": "from . import b\n",                       # relative, cycle a <-> b
@@ -85,17 +88,22 @@ def tiny(tmp_path):
 
 
 def test_commands_map_to_their_cli_modules(tiny):
-    assert deps.command_modules(tiny) == {"one": tiny / "cli/one.py", "two": tiny / "cli/two.py"}
+    assert deps.command_modules(tiny) == {"one": (tiny / "cli/one.py", {"one"}),
+                                          "two": (tiny / "cli/two.py", set())}
 
 
 def test_module_level_import_relative_import_and_a_cycle(tiny):
-    files = deps.closure(tiny, [tiny / "cli/one.py"])
+    files = deps.closure(tiny, [tiny / "cli/one.py"], {"one"})
+    # one() calls g(), whose import counts; other() is no part of the command
     assert sorted(p.relative_to(tiny).as_posix() for p in files) == [
-        "cli/__init__.py", "cli/one.py", "pipeline/__init__.py", "pipeline/a.py", "pipeline/b.py"]
+        "cli/__init__.py", "cli/one.py", "pipeline/__init__.py", "pipeline/a.py", "pipeline/b.py",
+        "store/__init__.py", "store/io.py"]
+    everything = deps.closure(tiny, [tiny / "cli/one.py"])  # no entry: every function runs
+    assert tiny / "pipeline/unused.py" in everything
 
 
 def test_function_level_import_of_a_package_module_runs_its_init(tiny):
-    files = deps.closure(tiny, [tiny / "cli/two.py"])
+    files = deps.closure(tiny, [tiny / "cli/two.py"], {"two_app"})
     # pkg/__init__.py imports helper; TYPE_CHECKING imports never run, so unused.py stays out
     assert deps.covering(tiny, files) == [
         "cli/__init__.py", "cli/two.py", "pipeline/__init__.py", "pipeline/pkg"]
@@ -128,6 +136,8 @@ def test_rewrite_keeps_data_deps_and_comments(tiny):
               # why a.py
               - pipeline/a.py  # kept
               - pipeline/b.py
+              - store/__init__.py
+              - store/io.py
               - ../shared/y
             outs:
               - artifacts/out
