@@ -121,10 +121,13 @@ def _files_of(root: Path, dotted: str) -> list[Path]:
             if (f := module_file(root, ".".join(parts[:i]))) is not None]
 
 
-def closure(root: Path, start: list[Path], entry: set[str] | None = None) -> set[Path]:
+def closure(root: Path, start: list[Path], entry: set[str] | None = None,
+            others: frozenset[str] = frozenset()) -> set[Path]:
     """Every repository file that running `start` can execute (parents' __init__.py included).
     A top-level function's imports count once its name is referenced by code that runs, or is in
-    `entry` (the command's function); `entry` None: every function of `start` runs."""
+    `entry` (the command's function); `entry` None: every function of `start` runs. `others`:
+    the other commands' functions of `start`, which Typer calls only for their own command (their
+    names are also section and table names, so a reference by name proves nothing)."""
     files: set[Path] = set()
     names: set[str] = set(entry or ())
     parsed: dict[Path, list] = {}
@@ -141,8 +144,8 @@ def closure(root: Path, start: list[Path], entry: set[str] | None = None) -> set
                 changed = True
         for path in list(files):
             for name, imports, refs in parsed[path]:
-                runs = (name is None or name in names
-                        or (entry is None and path in start))
+                runs = (name is None or (entry is None and path in start)
+                        or (name in names and not (path in start and name in others)))
                 if not runs or (path, name) in done:
                     continue
                 done.add((path, name))
@@ -222,7 +225,8 @@ def derived(root: Path, cmd: str, commands: dict[str, tuple[Path, set[str]]]) ->
     if len(words) < 2 or words[0] != "rlhf" or words[1] not in commands:
         return None
     file, entry = commands[words[1]]
-    return covering(root, closure(root, [file], entry))
+    others = frozenset(n for f, e in commands.values() if f == file for n in e) - entry
+    return covering(root, closure(root, [file], entry, others))
 
 
 def is_code(entry: str, prefix: str = "") -> bool:

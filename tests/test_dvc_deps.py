@@ -67,6 +67,7 @@ def tiny(tmp_path):
             from rlhf.cli import one as one_cmd
             from rlhf.cli.two import two_app
             app.command("one")(one_cmd.one)
+            app.command("other")(one_cmd.other)
             app.add_typer(two_app, name="two")
         """,
         "cli/one.py": "from rlhf.pipeline.a import f\n"            # module-level
@@ -75,7 +76,7 @@ def tiny(tmp_path):
                       "def other():\n    import rlhf.pipeline.unused\n",  # another command's
         "cli/two.py": "def two_app():\n    import rlhf.pipeline.pkg.inner\n",  # function-level
         "pipeline/__init__.py": "",
-        "pipeline/a.py": "from . import b\n",                       # relative, cycle a <-> b
+        "pipeline/a.py": "from . import b\nSECTION = 'other'\n",  # relative, cycle a <-> b
         "pipeline/b.py": "from rlhf.pipeline import a\n",
         "pipeline/unused.py": "",
         "pipeline/pkg/__init__.py": "from rlhf.pipeline.pkg import helper\n",
@@ -89,12 +90,13 @@ def tiny(tmp_path):
 
 def test_commands_map_to_their_cli_modules(tiny):
     assert deps.command_modules(tiny) == {"one": (tiny / "cli/one.py", {"one"}),
+                                          "other": (tiny / "cli/one.py", {"other"}),
                                           "two": (tiny / "cli/two.py", set())}
 
 
 def test_module_level_import_relative_import_and_a_cycle(tiny):
-    files = deps.closure(tiny, [tiny / "cli/one.py"], {"one"})
-    # one() calls g(), whose import counts; other() is no part of the command
+    files = deps.closure(tiny, [tiny / "cli/one.py"], {"one"}, frozenset({"other"}))
+    # one() calls g(), whose import counts; the `other` command's function is no part of it
     assert sorted(p.relative_to(tiny).as_posix() for p in files) == [
         "cli/__init__.py", "cli/one.py", "pipeline/__init__.py", "pipeline/a.py", "pipeline/b.py",
         "store/__init__.py", "store/io.py"]
