@@ -8,7 +8,9 @@ A stage's code is what its command runs: `rlhf <command>` -> the cli module that
 command (cli/app.py's `app.command(...)` / `app.add_typer(...)`) -> every `rlhf.pipeline`,
 `rlhf.cli` and `rlhf.store` module it imports, at module level or inside a function, followed
 transitively (an import of `rlhf.a.b` runs `a/__init__.py` too, and whatever that imports;
-`if TYPE_CHECKING:` blocks never run and are skipped). The code part of a stage's `deps:` (the
+`if TYPE_CHECKING:` blocks never run and are skipped). A top-level function's imports count once
+code that runs names it (so cli/common.py's judge loader does not pull the preferences package
+into the world stage); class bodies, methods and decorated functions count with their module. The code part of a stage's `deps:` (the
 entries under pipeline/, cli/, store/) becomes the smallest sorted list covering those files: a
 folder where every .py file under it is needed, else the files. Data deps (artifacts/...,
 ../shared/...) and their comments stay exactly as written; a comment on a code dep stays while

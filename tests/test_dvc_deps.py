@@ -25,6 +25,14 @@ def test_code_deps_equal_the_derived_ones(name):
     assert stale == [], f"{name}: stale code deps in {stale}: run `python docs/dvc_deps.py {name}`"
 
 
+def test_the_stages_run_what_they_name():
+    commands = deps.command_modules(REPO)
+    ppo = deps.derived(REPO, "rlhf ppo --out x", commands)
+    assert {"pipeline/ppo", "pipeline/decode", "cli/ppo.py", "store/rollouts.py"} <= set(ppo)
+    # the world stage never loads a judge: cli/common.py's loader names it, world's code does not
+    assert "pipeline/judges.py" not in deps.derived(REPO, "rlhf world generate", commands)
+
+
 def _copy_code(tmp: Path) -> Path:
     for top in ("pipeline", "cli", "store"):
         shutil.copytree(REPO / top, tmp / top, ignore=shutil.ignore_patterns("__pycache__"))
