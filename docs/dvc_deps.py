@@ -327,7 +327,11 @@ def main(argv: list[str] | None = None) -> int:
         if not file.is_file():
             print(f"error: {file}: no such file", file=sys.stderr)
             return 2
-        stale = process(file, args.root.resolve(), write=not args.check)
+        try:
+            stale = process(file, args.root.resolve(), write=not args.check)
+        except (yaml.YAMLError, SyntaxError, OSError) as exc:
+            print(f"error: {file}: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
         verb = "stale code deps" if args.check else "rewrote code deps"
         if stale:
             print(f"{file}: {verb}: {', '.join(stale)}")
