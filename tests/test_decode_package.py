@@ -55,14 +55,22 @@ def within(name: str, module: str) -> bool:
     return name == module or name.startswith(module + ".")
 
 
+# stages whose module is not (yet) named as the stage
+STAGE_MODULE = {"eval": "pipeline/checkpoint_eval.py", "route": "pipeline/router.py"}
+
+
 def stage_modules() -> set[str]:
-    """Each dvc.yaml stage's own module, as import names: the `pipeline/` dependency named as
-    the stage (`ppo`: pipeline/ppo), else its first one (`eval`: pipeline/checkpoint_eval.py)."""
+    """Each dvc.yaml stage's own module, as import names: the `pipeline/` module or package that
+    its dependencies name as the stage (`ppo`: pipeline/ppo; `reward`: pipeline/reward, from
+    pipeline/reward/stage.py), or STAGE_MODULE's (`eval`: pipeline/checkpoint_eval.py)."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     out = set()
     for name, stage in stages.items():
-        deps = [d for d in stage.get("deps", []) if d.startswith("pipeline/")]
-        own = next((d for d in deps if Path(d).stem == name), deps[0] if deps else None)
+        own = STAGE_MODULE.get(name)
+        for dep in stage.get("deps", []):
+            parts = Path(dep.removesuffix(".py")).parts
+            if own is None and parts[0] == "pipeline" and name in parts:
+                own = "/".join(parts[: parts.index(name) + 1])
         if own is not None:
             out.add("rlhf." + own.removesuffix(".py").replace("/", "."))
     return out
