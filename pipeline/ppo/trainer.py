@@ -43,6 +43,7 @@ from pathlib import Path
 import pyarrow as pa
 import torch
 
+from rlhf.pipeline.decode import LogprobGuard
 from rlhf.pipeline.ppo import checkpoint, engines, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.advantages import estimator
@@ -179,6 +180,9 @@ class PPOTrainer:
                                        shift_decades=cfg.gradnorm_shift_decades,
                                        bimodal_separation=cfg.gradnorm_bimodal_separation)
         self.recorder = Recorder(cfg, paths, self.dist, scorer, strong_scorer, tracking)
+        # checks the engine's old log-probs against the trainer's forward before they are reused
+        self.logprob_guard = LogprobGuard(cfg.logprob_guard_every, cfg.logprob_guard_rows,
+                                          cfg.logprob_guard_tol)
         # what post-scoring hooks may use of the trainer, and nothing else (hooks.py)
         self.context = RolloutContext(cfg, tokenizer, scorer, strong_scorer,
                                       generation=self.engines.policy.generation,
@@ -307,11 +311,6 @@ class PPOTrainer:
 
     def forward_logprobs(self, r: Rollout, cost: StepCost | None = None) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
-        if not hasattr(self, "logprob_guard"):  # checks the engine's log-probs before reuse
-            from rlhf.pipeline.decode import LogprobGuard
-
-            self.logprob_guard = LogprobGuard(self.cfg.logprob_guard_every,
-                                              self.cfg.logprob_guard_rows, self.cfg.logprob_guard_tol)
         forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg, cost,
                          self.logprob_guard)
 
