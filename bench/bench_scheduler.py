@@ -48,7 +48,7 @@ def main() -> None:
     from rlhf.pipeline.config import build
     from rlhf.pipeline.dedup import planted_unit_vectors
     from rlhf.pipeline.ppo.config import PPOConfig
-    from rlhf.pipeline.ppo.features.scheduler import PromptScheduler
+    from rlhf.pipeline.ppo.features.prompt_scheduler import PromptScheduler
 
     cfg = build(PPOConfig, {"schedule_on": True}, "ppo")
     t0 = time.perf_counter()

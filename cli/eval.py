@@ -1,4 +1,4 @@
-"""`rlhf eval`: SFT and every PPO checkpoint on held-out prompts, gold vs proxy (pipeline/checkpoint_eval.py).
+"""`rlhf eval`: SFT and every PPO checkpoint on held-out prompts, gold vs proxy (pipeline/eval.py).
 
     rlhf eval --sft artifacts/models/sft --ppo artifacts/ppo \
         --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
@@ -45,7 +45,7 @@ def eval_cmd(
         mf.check_scorer(strong_rm, "--strong-rm", plain_allowed=True)
     except mf.ModelFolderError as exc:
         fail(str(exc))
-    from rlhf.pipeline.checkpoint_eval import run
+    from rlhf.pipeline.eval import run
 
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,

@@ -1,4 +1,4 @@
-"""`rlhf route`: the Level-0 router (pipeline/router.py): complexity bucket, high-risk topic and
+"""`rlhf route`: the Level-0 router (pipeline/route.py): complexity bucket, high-risk topic and
 token budget per pool prompt, from its embedding.
 
     rlhf route --pool artifacts/store/pool --embeddings artifacts/store/pool_embeddings \
@@ -54,7 +54,7 @@ def route(
 ) -> None:
     """Level-0 router: fit on a hashed split of the pool, report held-out accuracy and the cost
     per prompt, route every prompt (complexity, high risk, max_new_tokens)."""
-    from rlhf.pipeline.router import run
+    from rlhf.pipeline.route import run
 
     cfg = load_config(params, "router")
     for path, what in ((pool, "--pool"), (embeddings, "--embeddings"),

@@ -79,7 +79,7 @@ def test_the_arms_a_change_reruns_by_name():
              "pruning_literal_truncation", "pruning_norep", "pruning_norep_truncation",
              "all_economy", "all_economy_ungated"}
     assert stale_after_touching(by_name["sample_economy.py"]) == prune
-    assert stale_after_touching(by_name["scheduler.py"]) == {
+    assert stale_after_touching(by_name["prompt_scheduler.py"]) == {
         "scheduler", "scheduler_loose", "all_economy", "all_economy_ungated"}
     assert stale_after_touching(by_name["rm_evolution.py"]) == {
         "rm_evolution", "rm_evolution_ungated", "rm_evolution_human", "all_economy",
@@ -251,8 +251,8 @@ def test_the_driver_guards_an_item_by_its_code_and_params_not_its_artifacts():
     assert {"pipeline/ppo/trainer.py", "params.yaml", "bench/params.yaml",
             "bench/economy/driver.py"} <= set(code)
     assert not any(c.startswith(("artifacts/", "bench/results/")) for c in code)
-    assert "pipeline/ppo/features/scheduler.py" not in code
-    assert "pipeline/ppo/features/scheduler.py" in dvc_stages.item_code(
+    assert "pipeline/ppo/features/prompt_scheduler.py" not in code
+    assert "pipeline/ppo/features/prompt_scheduler.py" in dvc_stages.item_code(
         "bench/dvc.yaml:arm_scheduler_loose@1")
     before = dvc_stages._code_state(code)
     assert before == dvc_stages._code_state(code) and len(before.split()) == len(code)

@@ -88,7 +88,7 @@ def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):
 
 
 # --- the docs: the accelerate ZeRO-3 launch is marked as never run on a GPU ---------------------
-# It starts now (pipeline/ppo/engines.py, tests/test_ppo_engines.py on CPUs), but the shipped
+# It starts now (pipeline/ppo/sharding.py, tests/test_ppo_sharding.py on CPUs), but the shipped
 # 8-GPU accelerate file has never been run: every mention must say so.
 
 def test_readme_does_not_present_the_zero3_launch_as_verified(repo):

@@ -40,7 +40,7 @@ def test_trainer_builds_a_trunk_critic_equal_to_the_policy_layers_at_step_0(tmp_
     sft = {k: v.clone() for k, v in policy.model.state_dict().items()}
     tr = PPOTrainer(cfg, policy, ppo_tiny.policy(tok), tok, ppo_tiny.WordScorer(), prompts,
                     RunPaths(tmp_path / "run", tmp_path / "rollouts", "t", None))
-    trunk = tr.engines.critic.model.backbone.state_dict()
+    trunk = tr.sharded.critic.model.backbone.state_dict()
     assert set(trunk) == {k for k in sft if not k.startswith("layers.1.")}  # 1 of 2 layers
     for k, v in trunk.items():
         assert torch.equal(v, sft[k]), k

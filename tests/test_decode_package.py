@@ -55,18 +55,14 @@ def within(name: str, module: str) -> bool:
     return name == module or name.startswith(module + ".")
 
 
-# stages whose module is not (yet) named as the stage
-STAGE_MODULE = {"eval": "pipeline/checkpoint_eval.py", "route": "pipeline/router.py"}
-
-
 def stage_modules() -> set[str]:
     """Each dvc.yaml stage's own module, as import names: the `pipeline/` module or package that
     its dependencies name as the stage (`ppo`: pipeline/ppo; `reward`: pipeline/reward, from
-    pipeline/reward/stage.py), or STAGE_MODULE's (`eval`: pipeline/checkpoint_eval.py)."""
+    pipeline/reward/stage.py; `eval`: pipeline/eval.py)."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     out = set()
     for name, stage in stages.items():
-        own = STAGE_MODULE.get(name)
+        own = None
         for dep in stage.get("deps", []):
             parts = Path(dep.removesuffix(".py")).parts
             if own is None and parts[0] == "pipeline" and name in parts:
@@ -144,7 +140,7 @@ def outside_violations(modules: dict[str, Path], public: set[str]) -> list[str]:
 
 def test_the_stage_modules_are_found():
     stages = stage_modules()
-    assert {"rlhf.pipeline.ppo", "rlhf.pipeline.checkpoint_eval", "rlhf.pipeline.reward",
+    assert {"rlhf.pipeline.ppo", "rlhf.pipeline.eval", "rlhf.pipeline.reward",
             "rlhf.pipeline.preferences", "rlhf.pipeline.difficulty"} <= stages
     assert not any(within(PACKAGE, s) for s in stages)
 
@@ -175,7 +171,7 @@ def test_the_public_names_are_the_packages():
 
 BAD = {  # one module that breaks a rule, and the check that must report it
     "trainer": "def f():\n    from rlhf.pipeline.ppo.rollout import Rollout\n",
-    "stage": "from rlhf.pipeline import checkpoint_eval\n",
+    "stage": "from rlhf.pipeline import eval\n",
     "private": "from rlhf.pipeline.decode.native import prefill\n",
     "private_dotted": "import rlhf.pipeline.decode.sampling\n",
     "unlisted": "from rlhf.pipeline.decode import EDGE_MARGIN\n",

@@ -1,4 +1,4 @@
-"""The eval stage (pipeline/checkpoint_eval.py): metrics on hand-made inputs, the exact KL against an
+"""The eval stage (pipeline/eval.py): metrics on hand-made inputs, the exact KL against an
 unbatched computation, and the whole stage (CLI) on tiny models the test builds itself."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ppo_tiny
 import pytest
-from rlhf.pipeline.checkpoint_eval import EvalConfig, repetition_rate, win_rate
+from rlhf.pipeline.eval import EvalConfig, repetition_rate, win_rate
 
 
 def test_repetition_rate_hand_made():
@@ -55,7 +55,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
     """Left padding and position ids must not change the KL: each row's sum equals the KL
     computed from a forward over that prompt + response alone (with either rollout engine)."""
     import torch
-    from rlhf.pipeline.checkpoint_eval import sample_with_kl
+    from rlhf.pipeline.eval import sample_with_kl
     from rlhf.pipeline.decode import Sampling, get_generator
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import format_prompt
@@ -172,7 +172,7 @@ def test_eval_stage_writes_report_plots_curves_metrics(tmp_path):
 
 
 def test_value_windows_average_the_steps_since_the_checkpoint_before():
-    from rlhf.pipeline.checkpoint_eval import value_windows
+    from rlhf.pipeline.eval import value_windows
 
     rows = [{"step": 1, "value_explained_variance": 0.2, "value_rmse": 1.0},
             {"step": 2, "value_explained_variance": float("nan"), "value_rmse": 3.0},
@@ -181,7 +181,7 @@ def test_value_windows_average_the_steps_since_the_checkpoint_before():
     got = value_windows(rows, [4, 2])
     assert got == [{"step": 2, "steps": 2, "value_explained_variance": 0.2, "value_rmse": 2.0},
                    {"step": 4, "steps": 2, "value_explained_variance": 0.6, "value_rmse": 0.5}]
-    from rlhf.pipeline.checkpoint_eval import value_quality
+    from rlhf.pipeline.eval import value_quality
 
     assert value_quality(Path("/nonexistent"), [2]) == {}  # a run that logged none: no section
     assert value_windows(rows[:1], [5, 9])[1] == {
@@ -205,7 +205,7 @@ def test_eval_checkpoint_selection_and_clean_errors(tmp_path):
 
 
 def test_prompt_cap_is_a_seeded_subset(tmp_path):
-    from rlhf.pipeline.checkpoint_eval import load_eval_prompts
+    from rlhf.pipeline.eval import load_eval_prompts
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt_id": f"q{i:02d}", "text": t}) + "\n"

@@ -56,7 +56,7 @@ def test_rloo_in_our_trainer_samples_groups_and_never_runs_the_critic(tmp_path):
     prompts = [(f"p{i:02d}", p) for i, p in enumerate(ppo_tiny.PROMPTS)]
     tr = PPOTrainer(cfg, ppo_tiny.policy(tok), ppo_tiny.policy(tok), tok, ppo_tiny.WordScorer(),
                     prompts, RunPaths(tmp_path / "run", tmp_path / "rows", "rloo"))
-    assert tr.critic is None and tr.engines.critic is None  # never run, so never built
+    assert tr.critic is None and tr.sharded.critic is None  # never run, so never built
     policy0 = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     tr.train()
     rows = read_table("rollouts", tmp_path / "rows").to_pylist()

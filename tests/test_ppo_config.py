@@ -97,7 +97,7 @@ def test_extension_builds_remove_only_a_stale_lock(tmp_path, monkeypatch):
     import os
     import time
 
-    from rlhf.pipeline.ppo.engines import extension_builds
+    from rlhf.pipeline.ppo.sharding import extension_builds
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     stale, fresh = tmp_path / "cpu_adam" / "lock", tmp_path / "shm_comm" / "lock"
@@ -116,7 +116,7 @@ def test_extension_builds_default_to_the_environment(monkeypatch):
     import sys
     from pathlib import Path
 
-    from rlhf.pipeline.ppo.engines import extension_builds
+    from rlhf.pipeline.ppo.sharding import extension_builds
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     root = extension_builds()

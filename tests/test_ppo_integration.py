@@ -15,8 +15,8 @@ from rlhf.pipeline.config import build
 from rlhf.pipeline.decode import Sampling
 from rlhf.pipeline.heldout_prompts import held_out_prompts
 from rlhf.pipeline.ppo.config import PPOConfig
-from rlhf.pipeline.ppo.trainer import (PPOTrainer, RunPaths, StratifiedPromptSampler,
-                                       load_prompts, strata)
+from rlhf.pipeline.ppo.samplers import StratifiedPromptSampler, load_prompts, strata
+from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
 from rlhf.store.io import write_shard
 from rlhf.store.schemas import schema_for
 

@@ -17,7 +17,8 @@ from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.features.rm_evolution import gate_mask, relative_drop
 from rlhf.pipeline.ppo.scoring import load_scorer
 from rlhf.pipeline.ppo.features.tiers import capped, escalation_triggers
-from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths, annotator_pool, hooks_for
+from rlhf.pipeline.ppo.features.inputs import annotator_pool
+from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths, hooks_for
 from rlhf.pipeline.reward.score_map import ScoreMap
 from rlhf.store.io import read_table
 

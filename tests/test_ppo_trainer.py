@@ -14,7 +14,9 @@ from rlhf.pipeline.config import build
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.generate import rollout_dropout
-from rlhf.pipeline.ppo.trainer import CSV_COLUMNS, PPOTrainer, RunPaths, load_prompts
+from rlhf.pipeline.ppo.records import CSV_COLUMNS
+from rlhf.pipeline.ppo.samplers import load_prompts
+from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
 from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import read_table
 

@@ -68,12 +68,12 @@ PEER_CODE = ("bench/economy/peers.py", "pipeline/ppo/accounting.py", "pipeline/p
 # that feature's alone unless our trainer's own loop imports it for plain PPO too (SHARED_PPO).
 FEATURE_MODULES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("prune_on", "resample_on"): ("pipeline/ppo/features/sample_economy.py", "bench/economy/sample.py"),
-    ("schedule_on",): ("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py",
+    ("schedule_on",): ("pipeline/ppo/features/prompt_scheduler.py", "pipeline/dedup.py",
                        "bench/economy/schedule.py"),
     ("escalate_below", "escalate_score_quantile", "escalate_high_risk", "escalate_uncertain",
      "human_labels_per_step", "route_budget_on"): (
         "pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py", "pipeline/world/annotators.py",
-        "pipeline/preferences", "pipeline/router.py", "bench/economy/tiers.py"),
+        "pipeline/preferences", "pipeline/route.py", "bench/economy/tiers.py"),
     ("rm_evolve_on", "rm_gate_mask_on"): (
         "pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py",
         "pipeline/reward/distill.py", "pipeline/reward/score_map.py", "bench/economy/tiers.py"),

@@ -184,7 +184,7 @@ def tier_run_args(cfg, arm: Arm, paths: dict, work: Path, setup: dict) -> dict:
     preferences section) and table, the `rm_scores` table the tier figures read, and the score
     map from the inputs (the strong RM folder itself is read in place, 263 MB)."""
     from rlhf.pipeline.config import load_config
-    from rlhf.pipeline.ppo.trainer import annotator_pool
+    from rlhf.pipeline.ppo.features.inputs import annotator_pool
 
     out = {"rm_scores": work / "rm_scores", "inputs": {"score_map": paths.get("score_map")}}
     if reads(arm, "routes"):

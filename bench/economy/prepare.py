@@ -164,7 +164,7 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
         feature_hashes["score_map"] = content_hash(path.read_text())[:16]
     a = args.artifacts
     if (inputs / "pool_embeddings").is_dir() and (inputs / "difficulty").is_dir():
-        from rlhf.pipeline.router import run as route
+        from rlhf.pipeline.route import run as route
 
         topics = a / "world" / "topics.json"
         if not (inputs / "routes").is_dir():

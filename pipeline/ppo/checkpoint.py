@@ -40,7 +40,7 @@ def save(t, step: int) -> Path:
     torch.save({"python": random.getstate(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                tmp / f"rng-rank{t.dist.rank}.pt")
-    e = t.engines  # every process: ZeRO-3 gathers weights and writes its optimiser share
+    e = t.sharded  # every process: ZeRO-3 gathers weights and writes its optimiser share
     # without a critic (a group estimator: advantages.py) there is no critic.pt and no critic
     # entries in optim.pt
     models = {"policy": e.policy, **({"critic": e.critic} if e.critic is not None else {})}
@@ -80,7 +80,7 @@ def load(t) -> int:
         raise ValueError(f"checkpoint was written by {state['world_size']} processes, "
                          f"this run has {t.dist.world}: resume with the same world size")
     step = int(state["step"])
-    e = t.engines
+    e = t.sharded
     optim = torch.load(ckpt / "optim.pt", weights_only=False)
     # a critic's files are read only when the run has a critic (one a checkpoint written with
     # a critic still carries is not needed by a group estimator)

@@ -77,7 +77,7 @@ class PPOCore:
     # top_p, max_new_tokens above), the same as the eval stage and bench/economy/
     heldout_eval: bool = True
     eval_seed: int = 0
-    # scale-out (pipeline/ppo/engines.py): "none" = one process, or plain data parallel (DDP)
+    # scale-out (pipeline/ppo/sharding.py): "none" = one process, or plain data parallel (DDP)
     # under torchrun / accelerate launch; "zero3" = the policy and the critic each their own
     # DeepSpeed ZeRO-3 engine, the reference an inference engine, settings from `rlhf ppo
     # --deepspeed-config` (configs/deepspeed_zero3.json: optimizer state offloaded to the CPU,

@@ -44,27 +44,25 @@ import pyarrow as pa
 import torch
 
 from rlhf.pipeline.decode import LogprobGuard
-from rlhf.pipeline.ppo import checkpoint, engines, wallclock
+from rlhf.pipeline.ppo import checkpoint, sharding, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
 from rlhf.pipeline.ppo.critic import build_critic
 from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetector
 from rlhf.pipeline.ppo.dist import Dist
-from rlhf.pipeline.ppo.generate import (FALLBACK_RESPONSE, forward_logprobs,  # noqa: F401
-                                        generate_rollout, policy_logits)
+from rlhf.pipeline.ppo.generate import forward_logprobs, generate_rollout, policy_logits
 from rlhf.pipeline.ppo.features import FeatureContext, build_hooks, registry
 from rlhf.pipeline.ppo.hooks import RolloutContext, RolloutHooks
-from rlhf.pipeline.ppo.records import CSV_COLUMNS, Recorder  # noqa: F401
+from rlhf.pipeline.ppo.records import Recorder
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.store.io import write_text_atomic
-from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler,  # noqa: F401
-                                        load_prompts, strata)
+from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler, load_prompts,
+                                        strata)
 from rlhf.pipeline.ppo.schedules import KLController
 from rlhf.pipeline.ppo.scoring import score_level1
 from rlhf.pipeline.ppo.update import Learner
 from rlhf.store.hashing import content_hash, keys_for
-from rlhf.store.rollouts import run_folder
 
 
 # --------------------------------------------------------------------------- the run
@@ -100,10 +98,6 @@ class RunPaths:
         tables = {"rollouts": self.rollouts, "rm_scores": self.rm_scores,
                   "train_metrics": self.train_metrics, **self.tables}
         return {t: folder for t, folder in tables.items() if folder is not None}
-
-    @property
-    def run_rollouts(self) -> Path:
-        return run_folder(self.rollouts, self.run_id)
 
     def checkpoint_id(self, step: int) -> str:
         """The id of the policy after `step` updates (rollouts carry it as `checkpoint_id`)."""
@@ -164,11 +158,11 @@ class PPOTrainer:
                                   policy_config=policy.config)
             if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real token
                 critic.pad_id = None
-        # one engine each for policy and critic, the reference an inference one (engines.py)
-        self.engines = engines.build(cfg, self.acc, policy, critic, ref_policy, deepspeed_config)
-        self.policy = self.engines.policy.module
-        self.critic = self.engines.critic.module if self.engines.critic else None
-        self.ref = self.engines.ref
+        # one engine each for policy and critic, the reference an inference one (sharding.py)
+        self.sharded = sharding.build(cfg, self.acc, policy, critic, ref_policy, deepspeed_config)
+        self.policy = self.sharded.policy.module
+        self.critic = self.sharded.critic.module if self.sharded.critic else None
+        self.ref = self.sharded.ref
         self.ref.eval()
         self.ref.requires_grad_(False)
         # uniform shuffled epochs unless a (stratified) sampler is given
@@ -185,10 +179,10 @@ class PPOTrainer:
                                           cfg.logprob_guard_tol)
         # what post-scoring hooks may use of the trainer, and nothing else (hooks.py)
         self.context = RolloutContext(cfg, tokenizer, scorer, strong_scorer,
-                                      generation=self.engines.policy.generation,
+                                      generation=self.sharded.policy.generation,
                                       rollout=self.sample_scored, event=self.recorder.event,
                                       out=paths.out)
-        self.learner = Learner(cfg, self.engines, self.dist, self.acc, self.kl_ctl,
+        self.learner = Learner(cfg, self.sharded, self.dist, self.acc, self.kl_ctl,
                                self.collapse, self.gradmon, self.recorder.event)
         self.totals = Totals()  # the run's cumulative cost (accounting.py), checkpointed
         # the counters of the features on, in every step's metrics from the first (0 until used)
@@ -287,7 +281,7 @@ class PPOTrainer:
 
     def generate(self, batch: list[tuple[str, str]], version: str, step: int = 0,
                  cost: StepCost | None = None) -> Rollout:
-        with self.engines.policy.generation() as model:
+        with self.sharded.policy.generation() as model:
             return generate_rollout(
                 model, self.tokenizer, batch, self.cfg, version, self.acc.device,
                 hooks=self.hooks.generation, step=step, cost=cost,
@@ -311,7 +305,7 @@ class PPOTrainer:
 
     def forward_logprobs(self, r: Rollout, cost: StepCost | None = None) -> None:
         """Old / reference log-probs, entropy and the per-token KL (full distributions)."""
-        forward_logprobs(self.engines.policy.model.eval(), self.ref, r, self.cfg, cost,
+        forward_logprobs(self.sharded.policy.model.eval(), self.ref, r, self.cfg, cost,
                          self.logprob_guard)
 
     def _logits(self, model, r: Rollout, idx: torch.Tensor | None = None) -> torch.Tensor:
@@ -335,8 +329,8 @@ class PPOTrainer:
 
     def finish(self, last: dict) -> dict:
         self.recorder.close()
-        policy, weights = self.engines.policy.model, self.engines.policy.full_state()
-        critic_weights = self.engines.critic.full_state() if self.engines.critic else None
+        policy, weights = self.sharded.policy.model, self.sharded.policy.full_state()
+        critic_weights = self.sharded.critic.full_state() if self.sharded.critic else None
         digest = hashlib.sha256()
         for name, t in sorted(weights.items()):
             digest.update(name.encode())
@@ -351,7 +345,7 @@ class PPOTrainer:
                 torch.save(critic_weights, self.paths.out / "critic.pt")
             # the wall-clock figures are in timings.jsonl (wallclock.py), not in the summary
             summary = {"run_id": self.paths.run_id, "steps": last.get("step", 0),
-                       "world_size": self.world, "engines": self.engines.described,
+                       "world_size": self.world, "engines": self.sharded.described,
                        "final": wallclock.split(last)[0],
                        "cost": wallclock.split(self.totals.as_metrics())[0]}
             (self.paths.out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -373,21 +367,6 @@ class PPOTrainer:
 
 
 # --------------------------------------------------------------------------- entry point
-def annotator_pool(prefs_cfg):
-    """(AnnotatorPool, start) of the human queue: params.yaml `preferences.annotators`, the
-    world's pool that labelled the RM's preferences (gold plus noise, bias and drift), labelling
-    PPO's samples from 30 days after that campaign's start (its drift carried on)."""
-    from datetime import UTC, datetime, timedelta
-
-    from rlhf.pipeline.world.annotators import AnnotatorPool
-
-    a = prefs_cfg.annotators
-    start = datetime.fromisoformat(a.start).replace(tzinfo=UTC)
-    pool = AnnotatorPool(a.n_annotators, a.noise_std, dict(a.bias), a.drift_per_day,
-                         prefs_cfg.seed, start)
-    return pool, start + timedelta(days=30)
-
-
 def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         prompts_path: str | Path, out: str | Path, rollouts: str | Path,
         run_id: str | None = None, resume: bool = False, progress: bool = True,

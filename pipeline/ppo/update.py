@@ -19,13 +19,13 @@ from rlhf.pipeline.ppo.schedules import adaptive_clip, lambda_eps
 
 
 class Learner:
-    """Updates the policy and critic through their engines (engines.py); owns the per-step
+    """Updates the policy and critic through their sharding (sharding.py); owns the per-step
     schedule state."""
 
-    def __init__(self, cfg, engines, dist, accelerator, kl_ctl, collapse, gradmon, event):
-        self.cfg, self.engines = cfg, engines
-        self.policy = engines.policy.module
-        self.critic = engines.critic.module if engines.critic else None  # None: group estimator
+    def __init__(self, cfg, sharded, dist, accelerator, kl_ctl, collapse, gradmon, event):
+        self.cfg, self.sharded = cfg, sharded
+        self.policy = sharded.policy.module
+        self.critic = sharded.critic.module if sharded.critic else None  # None: group estimator
         self.dist, self.acc = dist, accelerator
         self.kl_ctl, self.collapse, self.gradmon, self.event = kl_ctl, collapse, gradmon, event
         self.estimator = estimator(cfg.advantage_estimator)
@@ -46,7 +46,7 @@ class Learner:
         dev = self.acc.device
         r.critic_ids, r.critic_mask, r.critic_start = ids.to(dev), mask.to(dev), start.to(dev)
         r.key_weights = self._key_weights(r, prompt_tok, resp_tok, mask, scorer, cost)
-        critic = self.engines.critic.model.eval()
+        critic = self.sharded.critic.model.eval()
         out = critic(r.critic_ids, r.critic_mask, r.key_weights)
         r.values = response_values(out, r.critic_mask, r.critic_start, r.response.shape[1])
         r.values = r.values * r.response_mask
@@ -164,14 +164,14 @@ class Learner:
                     c_loss, c_stats = torch.zeros((), device=p_loss.device), {"critic_kl_reg": 0.0}
                 if not self.dist.all_finite(p_loss + c_loss):  # §5: skip, never poison weights
                     skipped += 1
-                    self.engines.zero_grad()
+                    self.sharded.zero_grad()
                     continue
                 # an optimiser step at every `gradient_accumulation_steps`-th minibatch
-                gnorm = self.engines.update(p_loss, c_loss)
+                gnorm = self.sharded.update(p_loss, c_loss)
                 if gnorm is not None:
                     stepped += 1
                     sums["grad_norm"] += gnorm
-                    norms = self.engines.policy.grad_norms
+                    norms = self.sharded.policy.grad_norms
                 n += 1
                 for k, val in (("policy_loss", p_loss), ("clip_ratio", clipfrac),
                                ("approx_kl", approx_kl), ("critic_loss", c_loss)):
@@ -194,7 +194,7 @@ class Learner:
 
         with warnings.catch_warnings():  # a skipped update must not shift the schedule
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-            self.engines.step_schedulers()
+            self.sharded.step_schedulers()
 
     def no_update(self) -> dict:
         self.event("no_update", reason="fewer than two trainable response tokens")

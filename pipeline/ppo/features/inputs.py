@@ -15,13 +15,13 @@ def _strong(ctx, path: Path):
 
 
 def _space(ctx, path: Path):
-    from rlhf.pipeline.ppo.features.scheduler import load_prompt_space
+    from rlhf.pipeline.ppo.features.prompt_scheduler import load_prompt_space
 
     return load_prompt_space(path, ctx.prompts, ctx.prompts_path)
 
 
 def _routes(ctx, path: Path):
-    from rlhf.pipeline.router import load_routes
+    from rlhf.pipeline.route import load_routes
 
     return load_routes(path)
 
@@ -35,7 +35,6 @@ def _score_map(ctx, path: Path):
 def _annotators(ctx, path: Path | None):
     """(AnnotatorPool, start) of the human queue from the params file's preferences section."""
     from rlhf.pipeline.config import load_config, read_params
-    from rlhf.pipeline.ppo.trainer import annotator_pool
 
     keys = ("annotators", "seed", "labels")
     prefs = (load_config(ctx.params, "preferences", keys)
@@ -60,3 +59,18 @@ SCORE_MAP = register_input(Input(
 ANNOTATORS = register_input(Input(
     "annotators", "the world's annotator pool (params preferences.annotators)", _annotators,
     from_params=True))
+
+
+def annotator_pool(prefs_cfg):
+    """(AnnotatorPool, start) of the human queue: params.yaml `preferences.annotators`, the
+    world's pool that labelled the RM's preferences (gold plus noise, bias and drift), labelling
+    PPO's samples from 30 days after that campaign's start (its drift carried on)."""
+    from datetime import UTC, datetime, timedelta
+
+    from rlhf.pipeline.world.annotators import AnnotatorPool
+
+    a = prefs_cfg.annotators
+    start = datetime.fromisoformat(a.start).replace(tzinfo=UTC)
+    pool = AnnotatorPool(a.n_annotators, a.noise_std, dict(a.bias), a.drift_per_day,
+                         prefs_cfg.seed, start)
+    return pool, start + timedelta(days=30)

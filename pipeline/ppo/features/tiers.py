@@ -1,5 +1,5 @@
 """Scoring tiers (seed 001 §4.1): Level 0 routes a prompt (its token budget, its risk; the
-router stage, pipeline/router.py); Level 1 scores every valid rollout with the light RM; Level 2,
+router stage, pipeline/route.py); Level 1 scores every valid rollout with the light RM; Level 2,
 a post-scoring hook, re-scores the ones a trigger picks (the light RM unsure, a low score, a
 high-risk topic, an uncertain topic cluster) with the strong RM, on the light RM's scale through
 the reward stage's score map, and sends a few of them to the human queue.
@@ -312,7 +312,7 @@ ROUTE_BUDGET = register(Feature(
     help="Level 0: generate at most the route's token budget for each prompt (seed 001 §4.1)",
     fields=ROUTE_BUDGET_FIELDS, follows="human_labels_per_step",
     build=_route_budget, inputs={"routes": ()}, modules=("pipeline/ppo/features/tiers.py",
-                                                         "pipeline/router.py")))
+                                                         "pipeline/route.py")))
 ESCALATION = register(Feature(
     "escalation", ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
                    "escalate_uncertain", "escalate_map"),

@@ -42,13 +42,13 @@ cosine), searched once per select() for every candidate and filtered to the hist
 inside the scan, and the per-prompt window statistics are kept up to date by observe() rather
 than recomputed over the whole history each step: a step costs the batch's searches, not a scan
 of a million prompts (bench/bench_scheduler.py). Where the index's recall is exact (a flat index,
-pools up to 4,096 prompts) the neighbours are the brute force's (tests/test_ppo_scheduler.py).
+pools up to 4,096 prompts) the neighbours are the brute force's (tests/test_ppo_prompt_scheduler.py).
 
 Every decision becomes a `schedule` row (store/schemas.py) through the trainer's step writer;
 a candidate the gate kept but the batch did not need (the refill's last draw overshoots) is
 recorded as `unused`.
 
-    python -c "from rlhf.pipeline.ppo.features.scheduler import explore_probability as p; print(p(10, 0.05, 50))"
+    python -c "from rlhf.pipeline.ppo.features.prompt_scheduler import explore_probability as p; print(p(10, 0.05, 50))"
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def _check(cfg) -> None:
 FIELDS = (
     ConfigField("schedule_on", bool, False,
                 help='rollout economy II: the prompt-embedding rollout scheduler (seed 001 §4.3, '
-                     'pipeline/ppo/features/scheduler.py; `rlhf ppo --embeddings`). For a '
+                     'pipeline/ppo/features/prompt_scheduler.py; `rlhf ppo --embeddings`). For a '
                      'candidate prompt, its `schedule_neighbours` nearest historical prompts '
                      "(MiniLM cosine; itself first when it has history); a prompt's variance is "
                      'the sample variance of its last `schedule_window` rewards (>= 2 needed). If'
@@ -405,4 +405,4 @@ FEATURE = register(Feature(
     fields=FIELDS, check=_check,
     build=_build, inputs={"embeddings": ()},
     tables=(Table("schedule", "every rollout-scheduler decision (rlhf audit schedule)"),),
-    modules=("pipeline/ppo/features/scheduler.py", "pipeline/dedup.py")))
+    modules=("pipeline/ppo/features/prompt_scheduler.py", "pipeline/dedup.py")))

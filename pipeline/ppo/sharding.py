@@ -1,6 +1,8 @@
-"""The engines PPO trains through: the policy and the critic each behind its own engine (its
-optimiser, LR schedule, how a loss updates it, how its weights are read and restored), the
-reference policy behind an inference one. `ppo.sharding` picks the kind.
+"""How PPO's models are sharded and trained (`ppo.sharding` picks the kind): the policy and the
+critic each a `ShardedModel` (its optimiser, LR schedule, how a loss updates it, how its weights
+are read and restored), the reference policy an inference one. ("Engine" names the decode loop,
+pipeline/decode/, and DeepSpeed's own objects; the summary's `engines` key keeps its name so the
+recorded outputs stay as they were.)
 
     rlhf ppo ...                                                    # ppo.sharding: none
     torchrun --nproc_per_node 2 -m rlhf.cli.app ppo ...             # none: data parallel (DDP)
@@ -42,7 +44,7 @@ DEFAULT_DEEPSPEED_CONFIG = Path("configs/deepspeed_zero3.json")
 STALE_BUILD_LOCK_S = 900.0  # a JIT build of DeepSpeed's CPU ops takes about a minute on 2 cores
 
 
-class Engine:
+class ShardedModel:
     """One trained model: `module` is what forward calls (DDP wrapper, DeepSpeed engine or the
     model itself), `model` the model (weights, save_pretrained)."""
 
@@ -83,7 +85,7 @@ class Engine:
             yield model
 
 
-class ZeroEngine(Engine):
+class ZeroShardedModel(ShardedModel):
     """A DeepSpeed ZeRO-3 engine: it scales the loss for accumulation, steps the optimiser only at
     accumulation boundaries and clips by `gradient_clipping` itself."""
 
@@ -126,11 +128,11 @@ class ZeroEngine(Engine):
                 add_hooks(self.module)
 
 
-class Engines:
-    """The policy and critic engines and the reference, updated together once per minibatch;
+class ShardedModels:
+    """The policy and critic sharded models and the reference, updated together once per minibatch;
     `critic` is None for an estimator without one (advantages.py: GRPO, RLOO)."""
 
-    def __init__(self, kind: str, policy: Engine, critic: Engine, ref, accumulation: int,
+    def __init__(self, kind: str, policy: ShardedModel, critic: ShardedModel, ref, accumulation: int,
                  acc, described: dict):
         self.kind, self.policy, self.critic, self.ref = kind, policy, critic, ref
         self.accumulation, self.acc, self.described = accumulation, acc, described
@@ -168,8 +170,8 @@ class Engines:
             self.critic.scheduler.step()
 
 
-def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -> Engines:
-    """The engines of `cfg.sharding` for these models (every process calls it); `critic` None:
+def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -> ShardedModels:
+    """The sharded models of `cfg.sharding` for these models (every process calls it); `critic` None:
     no critic engine (a group estimator)."""
     world = acc.num_processes
     def decay(s: int) -> float:  # the LR schedule of both models, stepped once per PPO step
@@ -196,10 +198,10 @@ def build(cfg, acc, policy, critic, ref, deepspeed_config: Path | None = None) -
             opt_c = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate)
             sched_c = torch.optim.lr_scheduler.LambdaLR(opt_c, decay)
             mod_p, mod_c, opt_p, opt_c = acc.prepare(policy, critic, opt_p, opt_c)
-            critic_engine = Engine(mod_c, acc.unwrap_model(mod_c), opt_c, sched_c, acc,
+            critic_engine = ShardedModel(mod_c, acc.unwrap_model(mod_c), opt_c, sched_c, acc,
                                    cfg.max_grad_norm)
         ref = ref.to(acc.device)
-        return Engines("none", Engine(mod_p, acc.unwrap_model(mod_p), opt_p, sched_p, acc,
+        return ShardedModels("none", ShardedModel(mod_p, acc.unwrap_model(mod_p), opt_p, sched_p, acc,
                                       cfg.max_grad_norm),
                        critic_engine, ref, cfg.gradient_accumulation_steps, acc, described)
     return _zero3(cfg, acc, policy, critic, ref, deepspeed_config or DEFAULT_DEEPSPEED_CONFIG,
@@ -269,7 +271,7 @@ def extension_builds(stale_after_s: float = STALE_BUILD_LOCK_S) -> Path:
     return root
 
 
-def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: dict) -> Engines:
+def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: dict) -> ShardedModels:
     try:
         import deepspeed
     except ImportError:
@@ -284,10 +286,10 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
         deepspeed.init_distributed(auto_mpi_discovery=False)
     ds = deepspeed_config(cfg, acc, policy.config.hidden_size, config_path)
     offload = ds["zero_optimization"].get("offload_optimizer", {}).get("device", "none") != "none"
-    engines = []
+    sharded = []
     for model, lr in ((policy, cfg.learning_rate), (critic, cfg.critic_learning_rate)):
         if model is None:  # no critic (a group estimator)
-            engines.append(None)
+            sharded.append(None)
             continue
         if offload:  # the CPU-side Adam that ZeRO-Offload steps (torch AdamW's defaults)
             from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -297,7 +299,7 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
             opt = torch.optim.AdamW(model.parameters(), lr=lr)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)  # stepped once per PPO step, here
         engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=copy.deepcopy(ds))
-        engines.append(ZeroEngine(engine, engine.module, opt, sched, acc, cfg.max_grad_norm))
+        sharded.append(ZeroShardedModel(engine, engine.module, opt, sched, acc, cfg.max_grad_norm))
     # the reference: partitioned like the policy, no optimiser (OpenRLHF's eval engine)
     eval_ds = {k: copy.deepcopy(v) for k, v in ds.items() if k not in ("optimizer", "scheduler")}
     eval_ds["zero_optimization"] = {
@@ -313,9 +315,9 @@ def _zero3(cfg, acc, policy, critic, ref, config_path: Path, decay, described: d
         "communication_data_type": ds.get("communication_data_type"),
         "bf16": bool(ds.get("bf16", {}).get("enabled")),
         "fp16": bool(ds.get("fp16", {}).get("enabled")),
-        "optimizer": type(engines[0].optimizer).__name__,
+        "optimizer": type(sharded[0].optimizer).__name__,
         "train_micro_batch_size_per_gpu": ds["train_micro_batch_size_per_gpu"]})
     if torch.cuda.is_available():  # what the three engines hold on this GPU before step 1
         described["gpu_gib_after_setup"] = round(torch.cuda.memory_allocated() / 2**30, 3)
-    return Engines("zero3", engines[0], engines[1], ref_engine,
+    return ShardedModels("zero3", sharded[0], sharded[1], ref_engine,
                    cfg.gradient_accumulation_steps, acc, described)

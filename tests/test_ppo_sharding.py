@@ -1,4 +1,4 @@
-"""The scale-out path (pipeline/ppo/engines.py): `ppo.sharding: zero3` gives the policy and the
+"""The scale-out path (pipeline/ppo/sharding.py): `ppo.sharding: zero3` gives the policy and the
 critic each their own DeepSpeed ZeRO-3 engine (optimizer state offloaded, parameters not, fp16
 communication: configs/deepspeed_zero3.json) and the reference an inference engine. Two real
 processes under torchrun (gloo, CPUs) train 2 PPO steps; the ranks agree, and the run matches
@@ -47,7 +47,7 @@ def test_zero3_fills_auto_fields_and_refuses_param_offload(repo, tmp_path):
     from accelerate import Accelerator
 
     from rlhf.pipeline.ppo.config import PPOConfig
-    from rlhf.pipeline.ppo.engines import deepspeed_config
+    from rlhf.pipeline.ppo.sharding import deepspeed_config
 
     acc = Accelerator(cpu=True)
     cfg = PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1, gradient_accumulation_steps=2,

@@ -1,4 +1,4 @@
-"""The Level-0 router (pipeline/router.py): the classifier on separable and on noise embeddings,
+"""The Level-0 router (pipeline/route.py): the classifier on separable and on noise embeddings,
 the budget map, save / load, config errors naming the key, the routes table through DuckDB, and
 `rlhf route` end to end on a tiny pool (tiny_world.write_pool) with hand-made embeddings and
 difficulty rows."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 from rlhf.pipeline.config import ConfigError, build, complete_section
-from rlhf.pipeline.router import (
+from rlhf.pipeline.route import (
     BUCKETS,
     Route,
     Router,

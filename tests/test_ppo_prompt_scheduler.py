@@ -1,4 +1,4 @@
-"""The prompt-embedding rollout scheduler (pipeline/ppo/features/scheduler.py; seed 001 §4.3):
+"""The prompt-embedding rollout scheduler (pipeline/ppo/features/prompt_scheduler.py; seed 001 §4.3):
 the 7-of-10 rule and the high-uncertainty mark on hand-made embeddings and histories, the
 exploration probability, the scale, then on the real trainer and a tiny Llama: a constant batch
 refilled from the sampler, `schedule` rows that match what was rolled out, exact resume with the
@@ -20,7 +20,7 @@ import pytest
 import ppo_tiny
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.ppo.config import PPOConfig, features_on, plain
-from rlhf.pipeline.ppo.features.scheduler import PromptScheduler, explore_probability, uniform
+from rlhf.pipeline.ppo.features.prompt_scheduler import PromptScheduler, explore_probability, uniform
 from rlhf.store.io import read_table, write_shard
 
 # no exploration unless a test asks for it: a rule skip stays a skip
