@@ -27,7 +27,6 @@ import argparse
 import ast
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import io
 import json
@@ -179,30 +178,22 @@ def _short(v: Any, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _ranges() -> dict | None:
-    """pipeline/ranges.py's declared ranges, when that module exists: {(section, key): text}."""
-    try:
-        mod = importlib.import_module("rlhf.pipeline.ranges")
-    except ImportError:
-        return None
-    table = getattr(mod, "RANGES", None)
-    if not isinstance(table, dict):
-        return None
-    out = {}
-    for key, rng in table.items():
-        section, _, name = key.partition(".") if isinstance(key, str) else key
-        out[(section, name)] = str(rng)
-    return out
+def range_text(spec: Any) -> str:
+    """A declared range as the reference prints it: a `Range`, or a table's columns in order."""
+    if spec is None:
+        return ""
+    if isinstance(spec, tuple):
+        return "columns: " + ", ".join(str(r) for r in spec)
+    return str(spec)
 
 
 def config_page(root: Path) -> str:
     import yaml
+    from rlhf.pipeline import ranges
     from rlhf.pipeline.config import SECTIONS, config_class
 
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
-    ranges = _ranges()
-    head = "| key | type | default | params.yaml | " + ("range | " if ranges is not None else "") \
-        + "meaning |"
+    head = "| key | type | default | params.yaml | range | meaning |"
     lines = ["# Configuration reference", "",
              f"<!-- written by `{COMMAND}` from the typed configs and params.yaml -->", "",
              ("Every key of params.yaml, section by section: the typed dataclass that checks it "
@@ -213,6 +204,7 @@ def config_page(root: Path) -> str:
         cls = config_class(section)
         shipped = params.get(section) or {}
         meanings = field_meanings(cls)
+        declared = ranges.of(cls)  # the one declaration the params check reads
         hints = typing.get_type_hints(cls)
         lines += [f"## `{section}`", "", f"`{cls.__module__}.{cls.__qualname__}`", "", head,
                   "|" + "---|" * head.count(" | ") + "---|"]
@@ -225,9 +217,8 @@ def config_page(root: Path) -> str:
                      for c in declared_fields().values() if c.name not in hints]
         for name, tname, default, meaning in rows:
             value = _short(shipped[name]) if name in shipped else "–"
-            rng = [(ranges or {}).get((section, name), "")] if ranges is not None else []
             cells = [f"`{name}`", f"`{tname}`".replace("|", "\\|"), _short(default), value,
-                     *rng, meaning.replace("|", "\\|")]
+                     range_text(declared.get(name)), meaning.replace("|", "\\|")]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -208,6 +208,28 @@ def test_config_reference_covers_every_params_key(repo):
             assert f"| `{key}` |" in chunk, (section, key)
 
 
+def test_config_reference_shows_each_declared_range(repo):
+    """The range column is pipeline/ranges.py's table joined with the features' ConfigFields
+    (`ranges.of`, what the params check reads): every key that has a range shows it."""
+    from rlhf.pipeline import ranges
+    from rlhf.pipeline.config import SECTIONS, config_class
+
+    page = gen.config_page(repo)
+    shown = 0
+    for section in SECTIONS:
+        chunk = page.split(f"## `{section}`", 1)[1].split("\n## ", 1)[0]
+        rows = {line.split(" | ")[0][3:-1]: line.split(" | ")[4]
+                for line in chunk.splitlines() if line.startswith("| `")}
+        for key, spec in ranges.of(config_class(section)).items():
+            if key in rows:
+                for rng in spec if isinstance(spec, tuple) else (spec,):  # a table: its columns
+                    assert str(rng) in rows[key], (section, key, rows[key])
+                shown += 1
+    assert shown > 100
+    assert "| `temperature` | `float` | 0.8 | 0.8 | > 0.3 |" in page  # the loop's own (ppo)
+    assert "| `prune_top_k` | `int` | 50 | 50 | >= 2 |" in page  # a feature's ConfigField
+
+
 def test_field_meanings_read_the_comments():
     from rlhf.pipeline.ppo.config import PPOConfig
 
