@@ -88,7 +88,7 @@ def test_a_changed_metric_makes_its_page_stale(tmp_path):
     assert gen.stale(root) == ["docs/generated/metrics.md"]
     gen.write(root)
     assert gen.stale(root) == []
-    assert f"| `eval:eval.gold_gain` | {gen._fmt(data['eval']['gold_gain'])} |" in (
+    assert f"| `eval:eval.gold_gain` | {gen.fmt(data['eval']['gold_gain'])} |" in (
         root / "docs/generated/metrics.md").read_text()
 
 
@@ -231,9 +231,10 @@ def test_config_reference_shows_each_declared_range(repo):
 
 
 def test_field_meanings_read_the_comments():
+    from gen_reference import field_meanings
     from rlhf.pipeline.ppo.config import PPOConfig
 
-    m = gen.field_meanings(PPOConfig)
+    m = field_meanings(PPOConfig)
     assert m["batch_size"].startswith("prompts per step")
     assert "budget of generated tokens" in m["total_tokens"]  # the comment block above it
 
