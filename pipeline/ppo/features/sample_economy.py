@@ -417,12 +417,10 @@ PRUNE = register(Feature(
     "entropy_prune", ("prune_on",),
     help="rollout economy I, level two: stop a sample after a run of low-information tokens "
          "(seed 000 §3.1)",
-    fields=PRUNE_FIELDS, build=_prune, counters=("rollouts_pruned",), after=("route_budget",),
-    modules=("pipeline/ppo/features/sample_economy.py",)))
+    fields=PRUNE_FIELDS, build=_prune, counters=("rollouts_pruned",), after=("route_budget",)))
 RESAMPLE = register(Feature(
     "resample", ("resample_on",),
     help="rollout economy I, level three: regenerate the bad part of a bad sample from its good "
          "prefix (seed 000 §3.1)",
     fields=RESAMPLE_FIELDS, build=lambda cfg, ctx: [Resample(cfg)],
-    counters=("rollouts_resampled", "tokens_regenerated"), after=("entropy_prune",),
-    modules=("pipeline/ppo/features/sample_economy.py",)))
+    counters=("rollouts_resampled", "tokens_regenerated"), after=("entropy_prune",)))
