@@ -1,4 +1,4 @@
-"""Dedup: layer two of the prompt funnel (seed 000 §4.2) and prompt diversity (seed 000 §3.1, level one).
+"""Dedup: layer two of the prompt funnel (seed 000 §4.2) and prompt diversity (seed 000 §3.1).
 
     rlhf dedup --store artifacts/store --cache artifacts/cache/embeddings \
         --metrics artifacts/metrics/dedup.json
@@ -83,7 +83,7 @@ class DedupConfig:
     partition_size: int = 2_000
     # Merge step: each cluster is compared with the clusters of this many nearest other partitions.
     merge_partitions: int = 8
-    # Diversity (seed 000 §3.1 level one): KMeans topic clusters over the kept prompts.
+    # Prompt diversity (seed 000 §3.1): KMeans topic clusters over the kept prompts.
     topic_clusters: int = 8
     # Split of the kept prompts by a stable hash of prompt_id (fractions sum to 1).
     split_fractions: dict[str, float] = field(

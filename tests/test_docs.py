@@ -230,6 +230,30 @@ def test_config_reference_shows_each_declared_range(repo):
     assert "| `prune_top_k` | `int` | 50 | 50 | >= 2 |" in page  # a feature's ConfigField
 
 
+# the feature vocabulary: the tiers are seed 001 §4.1's Level 0/1/2; a switch is named by its
+# feature in the registry, never by the older numberings ("rollout economy II", "level two")
+OLD_VOCABULARY = re.compile(r"rollout economy I{1,3}\b|\blevels? (one|two|three)\b", re.IGNORECASE)
+
+
+def old_vocabulary(root: Path) -> list[str]:
+    """Lines of the params files and the hand-written docs that name a feature the old ways."""
+    files = [root / "params.yaml", root / "profiles/realdata/params.yaml", root / "README.md",
+             *sorted((root / "docs").glob("*.md"))]
+    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in files if p.is_file()
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if OLD_VOCABULARY.search(line)]
+
+
+def test_params_and_docs_name_features_one_way(repo, tmp_path):
+    assert old_vocabulary(repo) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "params.yaml").write_text("a: 1  # Level 2: the strong RM\n"
+                                          "b: 2  # rollout economy II: the scheduler\n")
+    (tmp_path / "docs" / "x.md").write_text("Seed 000 §3.1 levels two and three.\n")
+    assert old_vocabulary(tmp_path) == ["params.yaml:2: b: 2  # rollout economy II: the scheduler",
+                                        "docs/x.md:1: Seed 000 §3.1 levels two and three."]
+
+
 def test_field_meanings_read_the_comments():
     from gen_reference import field_meanings
     from rlhf.pipeline.ppo.config import PPOConfig
