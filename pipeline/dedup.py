@@ -112,7 +112,6 @@ class DedupConfig:
             raise ValueError(f"split_fractions must sum to 1, got {sum(self.split_fractions.values())}")
 
 
-
 def split_of(prompt_id: str, fractions: dict[str, float], salt: str) -> str:
     """reward / ppo / eval by a stable hash of the prompt id (the same prompt, the same split)."""
     return hashed_split(f"{salt}:{prompt_id}", [(s, fractions[s]) for s in SPLITS if s in fractions])

