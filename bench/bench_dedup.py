@@ -36,7 +36,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATE = ("import sys, numpy as np\n"
-            "from rlhf.pipeline.dedup import planted_unit_vectors\n"
+            "from rlhf.pipeline.dedup_cluster import planted_unit_vectors\n"
             "x, groups = planted_unit_vectors(int(sys.argv[1]), seed=0)\n"
             "np.save(sys.argv[2], x)\n"
             "np.save(sys.argv[2].replace('.npy', '_groups.npy'), groups)\n")
@@ -55,7 +55,8 @@ def _child(args: argparse.Namespace) -> None:
     """Run one measurement and print one JSON line."""
     import scipy.cluster.hierarchy  # noqa: F401  (imports are not part of the timing)
     import sklearn.cluster  # noqa: F401
-    from rlhf.pipeline.dedup import DedupConfig, cluster, exact_labels
+    from rlhf.pipeline.dedup import DedupConfig
+    from rlhf.pipeline.dedup_cluster import cluster, exact_labels
 
     x = np.load(args.vectors)
     base_rss = _peak_rss_gib()  # the interpreter, libraries and the vectors
@@ -125,7 +126,7 @@ def _real_texts(n: int) -> list[str]:
 
 
 def _agreement(a_path: Path, b_path: Path, lengths: np.ndarray) -> float:
-    from rlhf.pipeline.dedup import kept_agreement
+    from rlhf.pipeline.dedup_cluster import kept_agreement
 
     return kept_agreement(np.load(a_path), np.load(b_path), lengths)
 
@@ -173,7 +174,8 @@ def main() -> None:
         tmp = Path(tmp)
         jobs: list[tuple[str, int, Path, np.ndarray]] = []
         if a.real:
-            from rlhf.pipeline.dedup import DedupConfig, embed_with_cache
+            from rlhf.pipeline.dedup import DedupConfig
+            from rlhf.pipeline.dedup_embed import embed_with_cache
             from rlhf.store.hashing import content_hash
 
             texts = _real_texts(a.real)

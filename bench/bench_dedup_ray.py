@@ -44,7 +44,9 @@ def main() -> None:
     meta = run_meta()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from bench_dedup import _real_texts
-    from rlhf.pipeline.dedup import DedupConfig, cluster, encode, planted_unit_vectors
+    from rlhf.pipeline.dedup import DedupConfig
+    from rlhf.pipeline.dedup_cluster import cluster, planted_unit_vectors
+    from rlhf.pipeline.dedup_embed import encode
     from rlhf.pipeline.dedup_ray import RayEngine
 
     cfg = DedupConfig(exact_max_size=2)  # the index path at every size

@@ -39,7 +39,7 @@ class _Encoder:
         import os
 
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        from rlhf.pipeline.dedup import encode
+        from rlhf.pipeline.dedup_embed import encode
 
         self.model, self.batch_size, self.encode = model, batch_size, encode
 
@@ -112,7 +112,7 @@ class RayEngine:
         by one task per block of rows."""
         ray = _ray()
         from rlhf.pipeline.ann import NeighbourIndex, _unique_pairs
-        from rlhf.pipeline.dedup import index_params
+        from rlhf.pipeline.dedup_cluster import index_params
 
         index = NeighbourIndex.build(x, index_params(cfg))
         state, xs = ray.put(index.state()), ray.put(index.x)

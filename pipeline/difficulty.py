@@ -3,7 +3,7 @@
 Seed 000 §4.2 layer three: the baseline (SFT) policy answers every pool prompt once; from the
 response length (tokens), the standard deviation of its token log-probabilities and the reward
 model's score, a weighted composite scaled to 0-10 is the prompt's difficulty, bucketed
-low 0-3 / mid 4-6 / high 7-10. Seed 000 §3.1 level one: every rollout batch covers every
+low 0-3 / mid 4-6 / high 7-10. Seed 000 §3.1 prompt diversity: every rollout batch covers every
 difficulty bucket and every topic cluster, as evenly as the pool allows (`StratifiedSampler`,
 pipeline/ppo/samplers.py; this stage reports its coverage on the new table).
 

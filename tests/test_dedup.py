@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from rlhf.cli.app import app
 from rlhf.pipeline.config import ConfigError, build
-from rlhf.pipeline.dedup import (
-    DedupConfig,
-    DedupError,
+from rlhf.pipeline.dedup import DedupConfig, DedupError, run_dedup, split_of
+from rlhf.pipeline.dedup_cluster import (
     cluster,
     condensed_cosine,
     exact_labels,
@@ -21,8 +20,6 @@ from rlhf.pipeline.dedup import (
     partitioned_labels,
     planted_unit_vectors,
     representatives,
-    run_dedup,
-    split_of,
     topic_clusters,
 )
 from rlhf.pipeline.ingest import IngestConfig, run_ingest
@@ -267,7 +264,7 @@ def test_realdata_hh_repeats_collapse_no_prompt_lost(realdata, tmp_path):
           f"{res.kept} + similar {res.similar}; {res.multi_member_clusters} clusters")
 
     # the scalable path agrees with exact linkage on these real embeddings
-    from rlhf.pipeline.dedup import load_cache, resolve_model
+    from rlhf.pipeline.dedup_embed import load_cache, resolve_model
 
     cached = load_cache(root / "cache", resolve_model(DedupConfig().model)[1])
     uniq = list(dict.fromkeys(texts))
@@ -287,7 +284,8 @@ def test_pool_embeddings_are_the_clustered_vectors_and_can_be_rewritten_alone(tm
     the same from the stage and from `--pool-embeddings-only` (one cache, one code path)."""
     import shutil
 
-    from rlhf.pipeline.dedup import encode, load_pool_embeddings, write_pool_embeddings
+    from rlhf.pipeline.dedup import load_pool_embeddings, write_pool_embeddings
+    from rlhf.pipeline.dedup_embed import encode
 
     store = _store_with(tmp_path, PROMPTS)
     cache = tmp_path / "cache"

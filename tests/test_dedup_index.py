@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rlhf.pipeline.ann import IndexParams, NeighbourIndex, components
-from rlhf.pipeline.dedup import (
-    DedupConfig,
+from rlhf.pipeline.dedup import DedupConfig
+from rlhf.pipeline.dedup_cluster import (
     cluster,
     component_labels,
     exact_labels,

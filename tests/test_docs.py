@@ -88,7 +88,7 @@ def test_a_changed_metric_makes_its_page_stale(tmp_path):
     assert gen.stale(root) == ["docs/generated/metrics.md"]
     gen.write(root)
     assert gen.stale(root) == []
-    assert f"| `eval:eval.gold_gain` | {gen._fmt(data['eval']['gold_gain'])} |" in (
+    assert f"| `eval:eval.gold_gain` | {gen.fmt(data['eval']['gold_gain'])} |" in (
         root / "docs/generated/metrics.md").read_text()
 
 
@@ -208,10 +208,57 @@ def test_config_reference_covers_every_params_key(repo):
             assert f"| `{key}` |" in chunk, (section, key)
 
 
+def test_config_reference_shows_each_declared_range(repo):
+    """The range column is pipeline/ranges.py's table joined with the features' ConfigFields
+    (`ranges.of`, what the params check reads): every key that has a range shows it."""
+    from rlhf.pipeline import ranges
+    from rlhf.pipeline.config import SECTIONS, config_class
+
+    page = gen.config_page(repo)
+    shown = 0
+    for section in SECTIONS:
+        chunk = page.split(f"## `{section}`", 1)[1].split("\n## ", 1)[0]
+        rows = {line.split(" | ")[0][3:-1]: line.split(" | ")[4]
+                for line in chunk.splitlines() if line.startswith("| `")}
+        for key, spec in ranges.of(config_class(section)).items():
+            if key in rows:
+                for rng in spec if isinstance(spec, tuple) else (spec,):  # a table: its columns
+                    assert str(rng) in rows[key], (section, key, rows[key])
+                shown += 1
+    assert shown > 100
+    assert "| `temperature` | `float` | 0.8 | 0.8 | > 0.3 |" in page  # the loop's own (ppo)
+    assert "| `prune_top_k` | `int` | 50 | 50 | >= 2 |" in page  # a feature's ConfigField
+
+
+# the feature vocabulary: the tiers are seed 001 §4.1's Level 0/1/2; a switch is named by its
+# feature in the registry, never by the older numberings ("rollout economy II", "level two")
+OLD_VOCABULARY = re.compile(r"rollout economy I{1,3}\b|\blevels? (one|two|three)\b", re.IGNORECASE)
+
+
+def old_vocabulary(root: Path) -> list[str]:
+    """Lines of the params files and the hand-written docs that name a feature the old ways."""
+    files = [root / "params.yaml", root / "profiles/realdata/params.yaml", root / "README.md",
+             *sorted((root / "docs").glob("*.md"))]
+    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in files if p.is_file()
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if OLD_VOCABULARY.search(line)]
+
+
+def test_params_and_docs_name_features_one_way(repo, tmp_path):
+    assert old_vocabulary(repo) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "params.yaml").write_text("a: 1  # Level 2: the strong RM\n"
+                                          "b: 2  # rollout economy II: the scheduler\n")
+    (tmp_path / "docs" / "x.md").write_text("Seed 000 §3.1 levels two and three.\n")
+    assert old_vocabulary(tmp_path) == ["params.yaml:2: b: 2  # rollout economy II: the scheduler",
+                                        "docs/x.md:1: Seed 000 §3.1 levels two and three."]
+
+
 def test_field_meanings_read_the_comments():
+    from gen_reference import field_meanings
     from rlhf.pipeline.ppo.config import PPOConfig
 
-    m = gen.field_meanings(PPOConfig)
+    m = field_meanings(PPOConfig)
     assert m["batch_size"].startswith("prompts per step")
     assert "budget of generated tokens" in m["total_tokens"]  # the comment block above it
 

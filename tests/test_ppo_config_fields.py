@@ -53,7 +53,7 @@ def test_a_toy_features_key_is_parsed_range_checked_and_documented(tmp_path, rep
     import generate
 
     page = generate.config_page(repo)
-    assert "| `toy_tokens` | `int` | 12 | – |  | the toy's token budget (a count) |" in page
+    assert "| `toy_tokens` | `int` | 12 | – | >= 4 | the toy's token budget (a count) |" in page
 
 
 def test_a_feature_registered_before_ppoconfig_is_built_adds_a_real_field(repo):

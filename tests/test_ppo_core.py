@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlhf.pipeline.decode import token_entropy, token_logprobs
 from rlhf.pipeline.ppo import core
 
 DATA = Path(__file__).parent / "data"
@@ -155,8 +156,8 @@ def test_kl_estimators_by_hand_and_unbiased_against_full_kl():
     assert kl.item() == pytest.approx(exact)
     # k1 and k3 are unbiased: their expectation under p (enumerated exactly) is the full KL
     tokens = torch.arange(3).view(1, 3)
-    lp = core.logprobs_from_logits(p.log().expand(1, 3, 3), tokens)
-    lq = core.logprobs_from_logits(q.log().expand(1, 3, 3), tokens)
+    lp = token_logprobs(p.log().expand(1, 3, 3), tokens)
+    lq = token_logprobs(q.log().expand(1, 3, 3), tokens)
     for kind in ("k1", "k3"):
         assert (p * core.kl_estimate(lp, lq, kind)[0]).sum().item() == pytest.approx(exact)
     assert core.full_kl(p.log().view(1, 1, 3), p.log().view(1, 1, 3)).item() == pytest.approx(0)
@@ -175,8 +176,8 @@ def test_truncated_top_k_distributions_are_refused():
         core.full_kl(logits, logits[..., :5])
 
 
-def test_entropy_from_logits_by_hand():
+def test_token_entropy_by_hand():
     uniform = torch.zeros(1, 1, 8)
-    assert core.entropy_from_logits(uniform).item() == pytest.approx(math.log(8))
+    assert token_entropy(uniform).item() == pytest.approx(math.log(8))
     peaked = torch.tensor([[[0.0, -1e4, -1e4]]])
-    assert core.entropy_from_logits(peaked).item() == pytest.approx(0.0, abs=1e-6)
+    assert token_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)

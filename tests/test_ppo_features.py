@@ -3,6 +3,7 @@ a toy feature added from this test module alone (one `register` call, no edit an
 runs two PPO steps; the registry and the loop agree on every switch, field, input and table."""
 
 import dataclasses
+import inspect
 import json
 import re
 from pathlib import Path
@@ -137,6 +138,21 @@ def test_order_follows_after_and_a_missing_input_names_its_option():
     cfg = PPOConfig(schedule_on=True)
     with pytest.raises(ValueError, match=r"ppo.schedule_on needs .*rlhf ppo --embeddings"):
         build_hooks(cfg, FeatureContext(cfg))
+
+
+def test_each_features_code_is_its_own_module_and_paths_that_exist():
+    """`Feature.modules` (the code an arm runs only with the feature on: the benchmark's deps):
+    the module defining `build` is derived, never typed; every path a feature names exists, so a
+    rename that leaves one behind fails here naming the feature."""
+    for f in FEATURES.values():
+        for m in f.modules:
+            assert (REPO / m).exists(), f"feature {f.name} names {m}, which does not exist"
+        if f.build is not None:
+            own = Path(inspect.getsourcefile(f.build)).resolve()
+            assert (REPO / f.modules[0]).resolve() == own, (f.name, f.modules)
+    toy = Feature("toy", {"toy_on": False}, build=lambda cfg, ctx: [],
+                  fields=(ConfigField("toy_on", bool, False),))
+    assert toy.modules == ()  # a test module's feature is no repository code
 
 
 def test_benchmark_reads_derive_from_the_registry():

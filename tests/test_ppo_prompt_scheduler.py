@@ -152,7 +152,7 @@ def test_standardised_variances_mean_the_same_for_any_rm_scale():
 
 def _pool(n: int, seed: int):
     """n unit prompts in 32-d with near-duplicate groups, and a reward history for each."""
-    from rlhf.pipeline.dedup import planted_unit_vectors
+    from rlhf.pipeline.dedup_cluster import planted_unit_vectors
 
     x, _ = planted_unit_vectors(n, dim=32, dup_share=0.5, seed=seed)
     rng = np.random.default_rng(seed)

@@ -11,6 +11,7 @@ import torch
 
 import ppo_tiny
 from rlhf.pipeline.config import build
+from rlhf.pipeline.decode import token_entropy, token_logprobs
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.generate import rollout_dropout
@@ -110,11 +111,11 @@ def test_rollout_logprobs_and_kl_come_from_full_distributions(tmp_path):
     logits = tr._logits(tr.acc.unwrap_model(tr.policy), r)
     ref_logits = tr._logits(tr.ref, r)
     assert logits.shape[-1] == len(tr.tokenizer)  # the whole vocabulary
-    expected = core.logprobs_from_logits(logits, r.response)
+    expected = token_logprobs(logits, r.response)
     assert torch.allclose(r.logprobs, expected, atol=1e-5)
     assert torch.allclose(r.kl, core.full_kl(logits, ref_logits) * r.response_mask, atol=1e-6)
     assert r.kl.abs().max() < 1e-5  # policy == reference before any update
-    assert torch.allclose(r.entropy, core.entropy_from_logits(logits), atol=1e-4)
+    assert torch.allclose(r.entropy, token_entropy(logits), atol=1e-4)
 
 
 def test_generation_timeout_falls_back_and_counts(tmp_path):

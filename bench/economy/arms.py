@@ -48,7 +48,7 @@ ARMS: dict[str, Arm] = {
                                     "reward_attention_on": True}),
     "shared_critic_k2": Arm(base="seed", stratified=True,
                             overrides={"critic": "shared", "critic_layers": 2}),
-    # rollout economy II: the prompt-embedding rollout scheduler alone on plain PPO
+    # prompt_scheduler: the prompt-embedding rollout scheduler alone on plain PPO
     # (so its figures are against the baseline's own seeds); debug_rollouts keeps the texts the
     # staleness check scores with the gold judge (it changes no update)
     "scheduler": Arm(base="plain", overrides={**NATIVE, "schedule_on": True,
@@ -73,7 +73,7 @@ ARMS: dict[str, Arm] = {
     "pruning_norep_truncation": Arm(base="seed", stratified=True, overrides={
         "prune_on": True, "prune_ngram": 0, "prune_percentile": 40.0,
         "prune_treatment": "truncation"}),
-    # rollout economy III (pipeline/ppo/features/tiers.py): Level 0's high-risk route, a low
+    # the Level 0-2 tiers (pipeline/ppo/features/tiers.py): Level 0's high-risk route, a low
     # light score (bottom 10 % of the recent ones) and the confidence gate trigger Level 2, at
     # most 7 % of a batch (the seed's goal: one rollout in 16), on the light scale through the
     # reward stage's score map; one sample a step to the human queue. Level 0's token budget is

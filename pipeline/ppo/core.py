@@ -172,19 +172,6 @@ def check_full_distribution(logprobs: torch.Tensor, vocab_size: int | None = Non
             "a truncated or unnormalised distribution (seed 000 §5.4)")
 
 
-def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """[B, T] log-prob of each token under the full-vocabulary softmax of `logits` [B, T, V]."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return torch.gather(logp, -1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """[B, T] entropy of the full-vocabulary categorical of `logits` [B, T, V] (nats)."""
-    logits = logits.float()
-    p = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
-
-
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k1"
                 ) -> torch.Tensor:
     """Per-token Monte-Carlo estimators of KL(pi || ref) on tokens sampled from pi (Schulman,
@@ -194,7 +181,8 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = 
     k3 = (r - 1) - log r (unbiased, >= 0).
 
     `logprobs`/`ref_logprobs` are [B, T] log-probs of the sampled tokens, each taken from a FULL
-    vocabulary softmax (`logprobs_from_logits`), never a truncated top-k (seed 000 §5.4).
+    vocabulary softmax (`rlhf.pipeline.decode.token_logprobs`), never a truncated top-k
+    (seed 000 §5.4).
     """
     log_r = ref_logprobs - logprobs
     if kind == "k1":

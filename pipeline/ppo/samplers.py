@@ -1,9 +1,9 @@
 """Where PPO's prompts come from: the prompt list, and the samplers that draw each step's batch.
 
 `PromptSampler`: deterministic shuffled epochs. `StratifiedSampler` (pure, numpy only): batches
-that cover every difficulty bucket and topic cluster (seed 000 §3.1 level one, §4.2), built from
-the `difficulty` table by `StratifiedPromptSampler`. Every sampler's state is small JSON that goes
-into the checkpoint, so a resumed run draws the same batches.
+that cover every difficulty bucket and topic cluster (seed 000 §3.1 prompt diversity, §4.2),
+built from the `difficulty` table by `StratifiedPromptSampler`. Every sampler's state is small
+JSON that goes into the checkpoint, so a resumed run draws the same batches.
 
     python -c "from rlhf.pipeline.ppo.samplers import StratifiedSampler as S; \
 print(S(list('abcdef'), ['low', 'mid', 'high'] * 2, [0, 1, 0, 1, 0, 1], 3).next_batch())"
@@ -79,7 +79,7 @@ class PromptSampler:
 class StratifiedPromptSampler:
     """Batches from the difficulty stage's sampler (pipeline/difficulty.py): every batch covers
     every difficulty bucket and topic cluster as evenly as the prompts allow (seed 000 §3.1
-    level one, §4.2), as (prompt_id, text) pairs. Its state (JSON) goes into the checkpoint."""
+    prompt diversity, §4.2), as (prompt_id, text) pairs. Its state (JSON) goes into the checkpoint."""
 
     def __init__(self, prompts: list[tuple[str, str]], difficulty_rows: list[dict],
                  batch_size: int, seed: int):

@@ -43,7 +43,7 @@ def resolve_backbone(backbone: str, sft_dir: str | Path) -> str:
     package (BERT + a fresh head; the same name `dedup.model` takes); else a path or hub name."""
     if backbone == "sft":
         return str(sft_dir)
-    from rlhf.pipeline.dedup import resolve_model
+    from rlhf.pipeline.dedup_embed import resolve_model
 
     return resolve_model(backbone)[0]
 

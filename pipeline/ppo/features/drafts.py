@@ -79,4 +79,4 @@ register(Feature("drafts", ("draft",),
                  help="drafted tokens verified in one forward: lookup and model (exact), "
                       "reuse (SPEC-RL's rule, not exact)", fields=FIELDS, check=_check,
                  build=lambda cfg, ctx: [DraftHook(cfg)],
-                 modules=("pipeline/decode", "pipeline/ppo/features/drafts.py")))
+                 modules=("pipeline/decode",)))

@@ -105,5 +105,4 @@ FEATURE = register(Feature(
     help="DAPO dynamic sampling: drop prompt groups whose rewards do not vary, refill the batch",
     fields=FIELDS, build=_build,
     counters=("groups_flat", "rollouts_refilled"),
-    after=("entropy_prune", "resample", "escalation", "human_queue", "rm_evolution"),
-    modules=("pipeline/ppo/features/dynamic_sampling.py",)))
+    after=("entropy_prune", "resample", "escalation", "human_queue", "rm_evolution")))

@@ -371,7 +371,7 @@ def _check(cfg) -> None:
 
 FIELDS = (
     ConfigField("schedule_on", bool, False,
-                help='rollout economy II: the prompt-embedding rollout scheduler (seed 001 §4.3, '
+                help='prompt_scheduler: the prompt-embedding rollout scheduler (seed 001 §4.3, '
                      'pipeline/ppo/features/prompt_scheduler.py; `rlhf ppo --embeddings`). For a '
                      'candidate prompt, its `schedule_neighbours` nearest historical prompts '
                      "(MiniLM cosine; itself first when it has history); a prompt's variance is "
@@ -400,9 +400,9 @@ FIELDS = (
 
 FEATURE = register(Feature(
     NAME, ("schedule_on",),
-    help="rollout economy II: skip prompts whose neighbourhood's rewards stopped varying "
+    help="prompt_scheduler: skip prompts whose neighbourhood's rewards stopped varying "
          "(seed 001 §4.3)",
     fields=FIELDS, check=_check,
     build=_build, inputs={"embeddings": ()},
     tables=(Table("schedule", "every rollout-scheduler decision (rlhf audit schedule)"),),
-    modules=("pipeline/ppo/features/prompt_scheduler.py", "pipeline/dedup.py")))
+    modules=("pipeline/dedup.py",)))

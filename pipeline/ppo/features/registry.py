@@ -37,6 +37,15 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _module_path(fn: Callable | None) -> str | None:
+    """The repository path of the module defining `fn` (`rlhf.pipeline.ppo.features.tiers` ->
+    pipeline/ppo/features/tiers.py); None outside the rlhf namespace (a test's toy feature)."""
+    module = getattr(fn, "__module__", None) or ""
+    if not module.startswith("rlhf."):
+        return None
+    return module.removeprefix("rlhf.").replace(".", "/") + ".py"
+
+
 @dataclass(frozen=True)
 class Input:
     """An artifact features read: `rlhf ppo --<key> PATH` (or, `from_params`, a section of the
@@ -86,7 +95,9 @@ class Feature:
     tables: tuple[Table, ...] = ()
     counters: tuple[str, ...] = ()  # the StepCost.count names it adds
     after: tuple[str, ...] = ()  # features whose hooks come first (and are in ctx.built)
-    modules: tuple[str, ...] = ()  # its code, repository paths (benchmark dependencies)
+    # the code an arm runs only with this feature on, as repository paths (the benchmark's
+    # dependencies): its own module (the one defining `build`) is added here, the rest it names
+    modules: tuple[str, ...] = ()
     fields: tuple[ConfigField, ...] = ()  # every `ppo:` key it owns, switches included
     # the ppo key its fields follow in PPOConfig's field order (the order of `asdict`, so of the
     # checkpoints' trainer_state.json, and of the config reference); None: after the others
@@ -95,6 +106,8 @@ class Feature:
     active: Callable[[Any], bool] | None = None  # on-rule, else "a switch is off its plain value"
 
     def __post_init__(self) -> None:
+        if (own := _module_path(self.build)) is not None:
+            object.__setattr__(self, "modules", tuple(dict.fromkeys((own, *self.modules))))
         if not isinstance(self.switches, Mapping):  # names: off values are the fields' defaults
             declared = {c.name: c.default for c in self.fields}
             object.__setattr__(self, "switches", {k: declared.get(k) for k in self.switches})

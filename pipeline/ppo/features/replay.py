@@ -184,5 +184,4 @@ FIELDS = (
 register(Feature("replay", ("replay_on",),
                  help="seed 000 §2.2's replay buffer: part of each batch drawn from old rollouts, "
                       "trained with their stored old log-probs",
-                 fields=FIELDS, check=_check, build=_build,
-                 modules=("pipeline/ppo/features/replay.py",)))
+                 fields=FIELDS, check=_check, build=_build))

@@ -272,4 +272,4 @@ FEATURE = register(Feature(
     fields=FIELDS, follows="critic_kl_reg_coef",
     build=_build, inputs={"strong_reward": ("rm_evolve_on",), "score_map": ("rm_evolve_on",)},
     after=("escalation", "human_queue"),
-    modules=("pipeline/ppo/features/rm_evolution.py", "pipeline/reward/onpolicy.py")))
+    modules=("pipeline/reward/onpolicy.py",)))

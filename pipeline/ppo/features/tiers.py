@@ -311,8 +311,7 @@ ROUTE_BUDGET = register(Feature(
     "route_budget", ("route_budget_on",),
     help="Level 0: generate at most the route's token budget for each prompt (seed 001 §4.1)",
     fields=ROUTE_BUDGET_FIELDS, follows="human_labels_per_step",
-    build=_route_budget, inputs={"routes": ()}, modules=("pipeline/ppo/features/tiers.py",
-                                                         "pipeline/route.py")))
+    build=_route_budget, inputs={"routes": ()}, modules=("pipeline/route.py",)))
 ESCALATION = register(Feature(
     "escalation", ("escalate_below", "escalate_score_quantile", "escalate_high_risk",
                    "escalate_uncertain", "escalate_map"),
@@ -323,7 +322,7 @@ ESCALATION = register(Feature(
                               "escalate_uncertain"),
             "score_map": ("escalate_map",), "routes": ("escalate_high_risk",)},
     after=("prompt_scheduler", "resample"), active=level2_on,
-    modules=("pipeline/ppo/features/tiers.py", "pipeline/reward/score_map.py")))
+    modules=("pipeline/reward/score_map.py",)))
 HUMAN_QUEUE = register(Feature(
     "human_queue", ("human_labels_per_step",),
     help="the human queue: the annotator pool labels a few Level-2 samples a step",
@@ -333,4 +332,4 @@ HUMAN_QUEUE = register(Feature(
     after=("escalation",),
     active=lambda cfg: cfg.human_labels_per_step > 0 or (
         cfg.rm_evolve_on and cfg.rm_label_source == "annotators"),
-    modules=("pipeline/ppo/features/tiers.py", "pipeline/world/annotators.py")))
+    modules=("pipeline/world/annotators.py",)))
