@@ -1,0 +1,168 @@
+"""Chat templates (pipeline/text.py): with a tokenizer that has one, the same conversation reaches
+the policy's generate input, the RM scorer and the judge exactly as `apply_chat_template`
+renders it; `text.prompt_format: plain` forces the "Human: ... Assistant:" format; the embedded
+world's tokenizer (no template) keeps today's strings. Tokenizers and models are built here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rlhf.pipeline import text
+from rlhf.pipeline.decode import encode_prompts
+from rlhf.pipeline.reward.scorer import Scorer, encode_texts
+
+LLAMA3 = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
+          "<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+          "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+          "{% endif %}")
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIAL = ["<pad>", "<s>", "</s>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+           "<|im_start|>", "<|im_end|>"]
+
+SINGLE = "What colour is the sky?"
+# a multi-turn prompt as ingest and the preferences stage store it (hh-rlhf's notation)
+MULTI = "What colour is the sky?\n\nAssistant: Blue, mostly.\n\nHuman: Why is it blue?"
+MULTI_MESSAGES = [{"role": "user", "content": "What colour is the sky?"},
+                  {"role": "assistant", "content": "Blue, mostly."},
+                  {"role": "user", "content": "Why is it blue?"}]
+RESPONSE = "Because air scatters blue light."
+
+
+def _tokenizer(template: str | None):
+    """A byte-level BPE tokenizer (any text encodes) that adds <s> as a real one adds its BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([MULTI, RESPONSE, "user assistant Human: Assistant:"] * 4,
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>")
+    if template is not None:
+        fast.chat_template = template
+    return fast
+
+
+@pytest.fixture(autouse=True)
+def _auto_format():
+    previous = text.use_prompt_format("auto")
+    yield
+    text.use_prompt_format(previous)
+
+
+def _template_ids(tok, messages, generation_prompt: bool) -> list[int]:
+    out = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt,
+                                  return_dict=True)
+    return list(out["input_ids"])
+
+
+def _unpadded(enc) -> list[list[int]]:
+    return [ids[mask.bool()].tolist() for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+
+
+def _rm(tok, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=256, num_labels=1, pad_token_id=tok.pad_token_id)
+    return LlamaForSequenceClassification(cfg).eval()
+
+
+def _direct_score(rm, ids: list[int]) -> float:
+    with torch.no_grad():
+        return float(rm(input_ids=torch.tensor([ids])).logits[0, 0])
+
+
+def test_messages_round_trip_through_the_stored_prompt():
+    assert text.messages_of(MULTI) == MULTI_MESSAGES
+    assert text.flatten(MULTI_MESSAGES) == MULTI
+    assert text.messages_of(SINGLE) == [{"role": "user", "content": SINGLE}]
+    # ingest's pair context starts with the tag: the same conversation
+    assert text.messages_of("\n\nHuman: " + MULTI) == MULTI_MESSAGES
+    with pytest.raises(ValueError, match="starts with a user message"):
+        text.flatten(MULTI_MESSAGES[1:])
+
+
+@pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
+def test_the_policy_and_the_rms_read_the_conversation_as_the_template_renders_it(template):
+    tok = _tokenizer(template)
+    conversations = [[{"role": "user", "content": SINGLE}], MULTI_MESSAGES]
+    prompts = [SINGLE, MULTI]
+
+    # the policy's generate input (policy.sample, the ppo stage and eval all encode through it)
+    assert _unpadded(encode_prompts(tok, prompts)) == [
+        _template_ids(tok, c, generation_prompt=True) for c in conversations]
+    assert text.render_prompt(MULTI, tok) == tok.apply_chat_template(
+        MULTI_MESSAGES, tokenize=False, add_generation_prompt=True)
+
+    # the reward stage's scorer (and every RM judge: RMJudge scores through it)
+    answered = [c + [{"role": "assistant", "content": RESPONSE}] for c in conversations]
+    want = [_template_ids(tok, c, generation_prompt=False) for c in answered]
+    assert encode_texts(tok, prompts, [RESPONSE] * 2, 512) == want
+    rm = _rm(tok)
+    scorer = Scorer([rm], tok, [0.0], 1.0)
+    rewards, _ = scorer(prompts, [RESPONSE] * 2)
+    assert rewards.tolist() == pytest.approx([_direct_score(rm, ids) for ids in want], abs=1e-5)
+
+    # PPO's adapter for a plain RM checkpoint reads the same ids
+    from rlhf.pipeline.ppo.scoring import HFScorer
+
+    assert _unpadded(HFScorer(rm, tok)._encode(prompts, [RESPONSE] * 2)) == want
+
+
+@pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
+def test_the_judge_scores_the_templated_conversation(template, tmp_path):
+    from rlhf.pipeline.judges import RMJudge
+
+    tok = _tokenizer(template)
+    rm = _rm(tok, seed=1)
+    rm.save_pretrained(tmp_path / "judge")
+    tok.save_pretrained(tmp_path / "judge")
+    judge = RMJudge(tmp_path / "judge", "rm:test")
+    want = _template_ids(tok, MULTI_MESSAGES + [{"role": "assistant", "content": RESPONSE}],
+                         generation_prompt=False)
+    assert judge(MULTI, RESPONSE) == pytest.approx(_direct_score(rm, want), abs=1e-5)
+
+
+def test_prompt_format_plain_forces_the_human_assistant_format():
+    tok = _tokenizer(CHATML)
+    text.use_prompt_format("plain")
+    assert _unpadded(encode_prompts(tok, [MULTI])) == [
+        tok(f"Human: {MULTI}\nAssistant:")["input_ids"]]
+    assert encode_texts(tok, [SINGLE], [RESPONSE], 512) == [
+        tok(f"Human: {SINGLE}\nAssistant: {RESPONSE}</s>")["input_ids"]]
+
+
+def test_prompt_format_template_without_a_template_is_a_one_line_error():
+    text.use_prompt_format("template")
+    with pytest.raises(ValueError) as err:
+        encode_prompts(_tokenizer(None), [SINGLE])
+    assert "has no chat template" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="must be one of"):
+        text.use_prompt_format("chatml")
+
+
+@pytest.mark.parametrize("prompt_format", ["auto", "plain"])
+def test_the_embedded_worlds_rendering_is_unchanged(prompt_format):
+    """No template (the embedded world's tokenizer): today's exact strings and ids."""
+    tok = _tokenizer(None)
+    text.use_prompt_format(prompt_format)
+    assert text.render_prompt("Name  a fruit.", tok) == "Human: Name a fruit.\nAssistant:"
+    assert text.render_sample("Name a fruit.", " Apple. ", tok) == \
+        "Human: Name a fruit.\nAssistant: Apple."
+    assert text.render_prompt(MULTI, tok) == (
+        "Human: What colour is the sky?\n\nAssistant: Blue, mostly.\n\nHuman: Why is it blue?"
+        "\nAssistant:")
+    assert text.response_offset(SINGLE, tok) == len(f"Human: {SINGLE}\nAssistant: ")
+    assert _unpadded(encode_prompts(tok, [SINGLE])) == [
+        tok(f"Human: {SINGLE}\nAssistant:")["input_ids"]]
+    assert encode_texts(tok, [SINGLE], [RESPONSE], 512) == [
+        tok(f"Human: {SINGLE}\nAssistant: {RESPONSE}</s>")["input_ids"]]
