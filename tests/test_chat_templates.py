@@ -37,9 +37,9 @@ def _tokenizer(template: str | None):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([MULTI, RESPONSE, "user assistant Human: Assistant:"] * 4,
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([MULTI, RESPONSE, "user assistant Human: Assistant:"] * 4, trainer)
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
@@ -166,3 +166,29 @@ def test_the_embedded_worlds_rendering_is_unchanged(prompt_format):
         tok(f"Human: {SINGLE}\nAssistant:")["input_ids"]]
     assert encode_texts(tok, [SINGLE], [RESPONSE], 512) == [
         tok(f"Human: {SINGLE}\nAssistant: {RESPONSE}</s>")["input_ids"]]
+
+
+@pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
+def test_sft_trains_on_the_templated_conversation(template, tmp_path):
+    """SFT's rows reach TRL as messages: the training ids are the template's rendering of the
+    conversation, the loss on what follows the generation prompt the policy is sampled after."""
+    from rlhf.pipeline.sft import _to_dataset, _trainer_class
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import SFTConfig
+
+    tok = _tokenizer(template)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=2, pad_token_id=tok.pad_token_id))
+    args = SFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=2,
+                     max_length=256, completion_only_loss=True, report_to="none", use_cpu=True,
+                     save_strategy="no", disable_tqdm=True)
+    rows = [{"prompt": MULTI, "response": RESPONSE}]
+    trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(rows, tok),
+                               processing_class=tok)
+    example = trainer.train_dataset[0]
+    full = _template_ids(tok, MULTI_MESSAGES + [{"role": "assistant", "content": RESPONSE}],
+                         generation_prompt=False)
+    prompt = encode_prompts(tok, [MULTI])["input_ids"][0].tolist()
+    assert example["input_ids"] == full
+    assert example["labels"] == [-100] * len(prompt) + full[len(prompt):]
