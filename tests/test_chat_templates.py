@@ -192,3 +192,30 @@ def test_sft_trains_on_the_templated_conversation(template, tmp_path):
     prompt = encode_prompts(tok, [MULTI])["input_ids"][0].tolist()
     assert example["input_ids"] == full
     assert example["labels"] == [-100] * len(prompt) + full[len(prompt):]
+
+
+def test_a_users_messages_rows_reach_the_template_turn_by_turn(tmp_path):
+    """Ingest keeps a `messages` conversation as one prompt text that reads back as the same
+    turns; a conversation it cannot keep that way is quarantined as bad_record."""
+    import json
+
+    from rlhf.pipeline.ingest import IngestConfig, run_ingest
+    from rlhf.store.io import read_table
+
+    meta = {"source_type": "user_query", "session_id": "s1", "timestamp": "2026-01-02T03:04:05Z"}
+    rows = [{"messages": MULTI_MESSAGES, **meta},
+            {"messages": MULTI_MESSAGES[:2], **meta},  # ends on the assistant: no prompt
+            {"messages": [{"role": "user", "content": "a\n\nHuman: b"}], **meta},
+            {"messages": [{"role": "tool", "content": "x"}], **meta}]
+    src = tmp_path / "chat.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_ingest([src], tmp_path / "store", IngestConfig())
+    assert (res.kept, res.rejected) == (1, 3)
+    [kept] = read_table("prompts", tmp_path / "store" / "prompts").to_pylist()
+    assert kept["text"] == MULTI and text.messages_of(kept["text"]) == MULTI_MESSAGES
+    reasons = [r["reasons"] for r in read_table("rejected", tmp_path / "store" / "rejected")
+               .to_pylist()]
+    assert reasons == [["bad_record"]] * 3
+    tok = _tokenizer(CHATML)
+    assert text.render_prompt(kept["text"], tok) == tok.apply_chat_template(
+        MULTI_MESSAGES, tokenize=False, add_generation_prompt=True)
