@@ -219,3 +219,28 @@ def test_a_users_messages_rows_reach_the_template_turn_by_turn(tmp_path):
     tok = _tokenizer(CHATML)
     assert text.render_prompt(kept["text"], tok) == tok.apply_chat_template(
         MULTI_MESSAGES, tokenize=False, add_generation_prompt=True)
+
+
+def test_a_stage_with_template_and_no_template_stops_with_one_error_line(tmp_path):
+    """`rlhf sft` on the embedded world's kind of tokenizer (no template) with
+    text.prompt_format: template: one `error:` line, no traceback, no checkpoint."""
+    from params_file import write_params
+    from rlhf.cli.app import app
+    from tiny_world import write_demonstrations, write_model_config, write_tokenizer
+    from transformers import AutoTokenizer
+    from typer.testing import CliRunner
+
+    tok_dir = write_tokenizer(tmp_path / "tokenizer")
+    cfg_dir = write_model_config(tmp_path / "mc", len(AutoTokenizer.from_pretrained(tok_dir)))
+    demos = write_demonstrations(tmp_path / "d.jsonl", n=8)
+    params = write_params(tmp_path / "params.yaml", sft={}, judge={},
+                          text={"prompt_format": "template"})
+    res = CliRunner().invoke(app, ["sft", "--demos", str(demos), "--tokenizer", str(tok_dir),
+                                   "--model-config", str(cfg_dir), "--out", str(tmp_path / "sft"),
+                                   "-p", str(params)], env={"COLUMNS": "400"})
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: sft failed: text.prompt_format is "
+                                                   "'template' but the tokenizer"), res.output
+    assert "has no chat template" in lines[0]
+    assert not (tmp_path / "sft" / "model.safetensors").exists()
