@@ -10,8 +10,8 @@ tokenizer that encodes the text has a chat template, else `plain`), chosen per t
   with `add_special_tokens=False` (`encode_kwargs`: the template writes its own BOS).
 
 A stored prompt is one string; a multi-turn one (hh-rlhf, OpenAssistant, a user's `messages`
-rows) holds its earlier turns in hh-rlhf's own notation, `first user turn\n\nAssistant: reply
-\n\nHuman: next turn`: `messages_of` reads it back into a message list and `flatten` writes
+rows) holds its earlier turns in hh-rlhf's own notation, `first user turn\\n\\nAssistant: reply
+\\n\\nHuman: next turn`: `messages_of` reads it back into a message list and `flatten` writes
 one, so the conversation reaches a template turn by turn. In the plain format:
 
 A policy is trained on `format_sample(prompt, response)` with the loss on the response part only,
@@ -92,7 +92,7 @@ def format_sample(prompt: str, response: str) -> str:
 
 def messages_of(prompt: str) -> list[dict[str, str]]:
     """The conversation a stored prompt holds: its first turn is the user's, later turns follow
-    `\n\nHuman:` / `\n\nAssistant:` (hh-rlhf's notation; a leading tag is allowed)."""
+    `\\n\\nHuman:` / `\\n\\nAssistant:` (hh-rlhf's notation; a leading tag is allowed)."""
     parts = _TURN.split(prompt)
     head = parts[0].strip().removeprefix(HUMAN_TAG)
     messages = [{"role": "user", "content": clean(head)}] if head.strip() else []

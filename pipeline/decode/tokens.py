@@ -2,9 +2,8 @@
 where a generated row's response ends, so that a response means the same thing everywhere:
 
 - prompts are rendered with `text.render_prompt` (the chat template or the plain format),
-  **left-padded** (and optionally truncated to
-  `max_prompt_tokens`); position ids count real tokens only, so a padded row sees the positions
-  it would see alone;
+  **left-padded** (and optionally truncated to `max_prompt_tokens`); position ids count real
+  tokens only, so a padded row sees the positions it would see alone;
 - a response is the generated tokens **up to and including the first eos**; a row that never
   emitted eos keeps its non-pad tokens (a sequence stopped by a per-sequence stopping criterion
   ends there too).

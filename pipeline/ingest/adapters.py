@@ -96,7 +96,7 @@ def adapt_messages(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     The prompt is the conversation up to its last user turn, stored as one text in hh-rlhf's
     notation (`text.flatten`), from which `text.messages_of` reads the same turns back for a chat
     template; one that does not (another role, a first or last turn not the user's, a turn
-    holding a `\n\nHuman:` tag) is a `bad_record`. Provenance as for the world's rows."""
+    holding a `\\n\\nHuman:` tag) is a `bad_record`. Provenance as for the world's rows."""
     messages = obj.get("messages")
     try:
         text = flatten(messages) if isinstance(messages, list) else None
