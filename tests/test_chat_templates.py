@@ -119,6 +119,30 @@ def test_the_policy_and_the_rms_read_the_conversation_as_the_template_renders_it
 
 
 @pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
+def test_the_policy_samples_after_the_templated_conversation(template):
+    """policy.sample (the preferences, difficulty and reward stages' sampler) continues exactly
+    the template's rendering: its greedy response is the one model.generate gives on
+    apply_chat_template's ids."""
+    from rlhf.pipeline.policy import sample
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _tokenizer(template)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)).eval()
+    [[got]] = sample(model, tok, [MULTI], n=1, max_new_tokens=6, temperature=0.0)
+    ids = torch.tensor([_template_ids(tok, MULTI_MESSAGES, generation_prompt=True)])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                             do_sample=False, pad_token_id=tok.pad_token_id)
+    new = out[0, ids.shape[1]:].tolist()
+    assert got.n_tokens == len(new) == 6
+    assert got.response == text.response_of(tok.decode(new, skip_special_tokens=True))
+
+
+@pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
 def test_the_judge_scores_the_templated_conversation(template, tmp_path):
     from rlhf.pipeline.judges import RMJudge
 
