@@ -81,7 +81,7 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
                              completion_only_loss=True, train_sampling_strategy="group_by_length",
                              report_to="none", use_cpu=True, save_strategy="no",
                              eval_strategy="no", logging_strategy="no", disable_tqdm=True)
-            trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(rows),
+            trainer = SFTTrainer(model=model, args=args, train_dataset=_to_dataset(rows, tok),
                                  processing_class=tok)
             quiet_trainer(trainer)
             t = time.perf_counter()

@@ -114,6 +114,14 @@ def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
         fail(str(exc))
 
 
+def use_text_format(params: Path) -> None:
+    """Render every prompt this command encodes in the params file's `text.prompt_format`
+    (pipeline/text.py: a tokenizer's chat template, or the plain "Human: ... Assistant:")."""
+    from rlhf.pipeline.text import use_prompt_format
+
+    use_prompt_format(load_config(params, "text").prompt_format)
+
+
 def tracking_or_fail(params: Path) -> Any:
     """The params file's `tracking:` section (pipeline/tracking.py), every tracker it names
     installed; a tracker that is not is one error line naming its pip package."""

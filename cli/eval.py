@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config, write_metrics
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                              use_text_format, write_metrics)
 
 
 def eval_cmd(
@@ -33,6 +34,7 @@ def eval_cmd(
     """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
     cfg = load_config(params, "eval")
     ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
+    use_text_format(params)
     judge = judge_or_fail(params, judge_model)
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             tracking_or_fail, write_metrics)
+                             tracking_or_fail, use_text_format, write_metrics)
 
 
 def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
@@ -58,6 +58,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     --deepspeed-config are the rollout-economy features' inputs and tables (one per registered
     input and table: pipeline/ppo/features)."""
     cfg = load_config(params, "ppo")
+    use_text_format(params)
     tracking = tracking_or_fail(params)
     # the sections a switch makes it read, read up front (a bad one stops before any training)
     if cfg.heldout_eval and heldout_store is not None:  # the held-out figure's judge

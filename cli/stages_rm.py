@@ -22,7 +22,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
-                              judge_or_fail, load_config, plain, tracking_or_fail,
+                              judge_or_fail, load_config, plain, tracking_or_fail, use_text_format,
                               write_metrics)
 
 console = Console()
@@ -85,6 +85,7 @@ def sft(
     from rlhf.pipeline.sft import run
 
     cfg = load_config(params, "sft")
+    use_text_format(params)
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
     if not demos.is_file():
@@ -139,6 +140,7 @@ def preferences(
     from rlhf.pipeline.preferences import run
 
     cfg = load_config(params, "preferences")
+    use_text_format(params)
     if cfg.labels == "human":
         return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
                                   report_path)
@@ -235,6 +237,7 @@ def reward(
     from rlhf.pipeline.decode import Sampling
 
     cfg = load_config(params, "reward")
+    use_text_format(params)
     # how PPO will sample: the distribution the on-policy figures are measured on
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
@@ -326,6 +329,7 @@ def difficulty(
     from rlhf.pipeline.difficulty import run
 
     cfg = load_config(params, "difficulty")
+    use_text_format(params)
     _need_model("policy", policy, "--policy")
     _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
@@ -383,6 +387,7 @@ def judge(
     from rlhf.pipeline.judges import train_heldout_judge
 
     cfg = load_config(params, "judge")
+    use_text_format(params)
     _need_dir(preferences_dir, "--preferences")
     t0 = time.perf_counter()
     try:

@@ -2,11 +2,12 @@
 
 Embedded default (`sft.base_model: ""`): a Llama-style model built from scratch from the world's
 `model_config/` and `tokenizer/`, trained on `demonstrations.jsonl` as prompt/completion pairs
-rendered by `rlhf.pipeline.text` (loss on the response tokens only). Otherwise `base_model` names
-any causal LM (hub name or local path) to fine-tune, fully or with LoRA (`sft.lora: true`,
-needs `pip install peft`). Output: a `save_pretrained` checkpoint (model + tokenizer) and
-metrics: train / held-out loss and the gold judge's mean score of the SFT policy's samples on
-held-out demonstration prompts.
+rendered by `rlhf.pipeline.text` (loss on the response tokens only; a tokenizer with a chat
+template gets the conversation as messages, which TRL renders with that template). Otherwise
+`base_model` names any causal LM (hub name or local path) to fine-tune, fully or with LoRA
+(`sft.lora: true`, needs `pip install peft`). Output: a `save_pretrained` checkpoint (model +
+tokenizer) and metrics: train / held-out loss and the gold judge's mean score of the SFT
+policy's samples on held-out demonstration prompts.
 
     rlhf sft --demos artifacts/world/demonstrations.jsonl --tokenizer artifacts/world/tokenizer \
         --model-config artifacts/world/model_config --out artifacts/models/sft \
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipeline.text import RESPONSE_SEPARATOR, clean, format_prompt
+from rlhf.pipeline.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
 from rlhf.store.hashing import hashed_split
 
 
@@ -92,9 +93,18 @@ def split_demonstrations(rows, heldout_fraction: float):
     return train, held
 
 
-def _to_dataset(rows):
+def _to_dataset(rows, tok):
+    """TRL prompt/completion rows: plain strings, or, when `tok` renders with its chat template
+    (`text.templated`), the conversation as messages, which TRL renders with that template as
+    `text.render_prompt` does (its special tokens written once, not added again)."""
     import datasets
 
+    if templated(tok):
+        return datasets.Dataset.from_dict({
+            "prompt": [messages_of(r["prompt"]) for r in rows],
+            "completion": [[{"role": "assistant", "content": clean(r["response"])}]
+                           for r in rows],
+        })
     return datasets.Dataset.from_dict({
         "prompt": [format_prompt(r["prompt"]) for r in rows],
         "completion": [RESPONSE_SEPARATOR + clean(r["response"]) for r in rows],
@@ -256,8 +266,8 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         eval_strategy="no",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
     )
-    trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(train_rows),
-                               eval_dataset=_to_dataset(held_rows) if held_rows else None,
+    trainer = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(train_rows, tok),
+                               eval_dataset=_to_dataset(held_rows, tok) if held_rows else None,
                                processing_class=tok, peft_config=peft_config)
     quiet_trainer(trainer, "SFT training")
     t0 = time.perf_counter()

@@ -26,7 +26,8 @@ REASON_CODES: dict[str, str] = {
     "email": "prompt contains an e-mail address",
     "phone": "prompt contains a phone number",
     "code_block": "prompt contains a fenced or indented code block",
-    "bad_record": "an hh-rlhf dialogue or OpenAssistant tree the adapter cannot read (no human turn)",
+    "bad_record": "an hh-rlhf dialogue, OpenAssistant tree or `messages` conversation the adapter "
+                  "cannot read (no human turn)",
     "synthetic": "OpenAssistant prompt written by a model, not a human (its `synthetic` flag)",
     "unreadable": "the rest of a source file could not be read (corrupt archive or parquet file)",
     "control_char": "prompt holds a control character (NUL, ESC, DEL, ...; tab and newlines are text)",

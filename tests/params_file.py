@@ -8,12 +8,15 @@ from pathlib import Path
 
 def write_params(path: Path, **sections: dict) -> Path:
     """Write `path` with each given section completed (`config.complete_section`); a file for a
-    training stage (sft, reward, ppo) also gets the `tracking` section they read (defaults)."""
+    training stage (sft, reward, ppo) also gets the `tracking` section they read (defaults), a stage
+    that renders prompts the `text` section (defaults)."""
     import yaml
     from rlhf.pipeline.config import complete_section
 
     if {"sft", "reward", "ppo"} & set(sections):
         sections = {**sections, "tracking": sections.get("tracking", {})}
+    if {"sft", "preferences", "reward", "difficulty", "ppo", "eval", "judge"} & set(sections):
+        sections = {**sections, "text": sections.get("text", {})}  # how prompts render
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({name: complete_section(name, values or {})

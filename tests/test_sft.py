@@ -76,7 +76,7 @@ def test_the_sft_loss_is_trls_completion_only_loss(tmp_path):
     args = SFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=8,
                      max_length=64, completion_only_loss=True, report_to="none", use_cpu=True,
                      save_strategy="no", disable_tqdm=True)
-    ours = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(rows),
+    ours = _trainer_class()(model=model, args=args, train_dataset=_to_dataset(rows, tok),
                             processing_class=tok)
     batch = next(iter(ours.get_train_dataloader()))
     assert (batch["labels"] == -100).any() and (batch["labels"] != -100).any()

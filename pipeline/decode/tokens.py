@@ -1,9 +1,9 @@
 """Prompts in, responses out, as tokens: how every stage renders and pads a batch of prompts and
 where a generated row's response ends, so that a response means the same thing everywhere:
 
-- prompts are rendered with `text.format_prompt`, **left-padded** (and optionally truncated to
-  `max_prompt_tokens`); position ids count real tokens only, so a padded row sees the positions
-  it would see alone;
+- prompts are rendered with `text.render_prompt` (the chat template or the plain format),
+  **left-padded** (and optionally truncated to `max_prompt_tokens`); position ids count real
+  tokens only, so a padded row sees the positions it would see alone;
 - a response is the generated tokens **up to and including the first eos**; a row that never
   emitted eos keeps its non-pad tokens (a sequence stopped by a per-sequence stopping criterion
   ends there too).
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlhf.pipeline.text import format_prompt
+from rlhf.pipeline.text import encode_kwargs, render_prompt
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], max_prompt_tokens: int | None = None):
-    """Left-padded `format_prompt` encodings ({"input_ids", "attention_mask"}, [B, P])."""
+    """Left-padded `render_prompt` encodings ({"input_ids", "attention_mask"}, [B, P])."""
     tokenizer.padding_side = "left"
     kw = {"truncation": True, "max_length": max_prompt_tokens} if max_prompt_tokens else {}
-    return tokenizer([format_prompt(p) for p in prompts], return_tensors="pt", padding=True, **kw)
+    return tokenizer([render_prompt(p, tokenizer) for p in prompts], return_tensors="pt",
+                     padding=True, **encode_kwargs(tokenizer), **kw)
 
 
 def cut_at_eos(ids: Sequence[int], eos: int | None, pad: int | None) -> list[int]:

@@ -21,6 +21,9 @@ Row formats (one adapter per format, chosen per row by its keys):
 - OpenAssistant trees {"message_tree_id", "prompt": {..., "replies": [...]}}: the prompt is the
   root; every group of ranked assistant siblings becomes pairs (better rank = chosen);
 - MT-bench questions {"question_id", "category", "turns": [...]}: the prompt is the first turn.
+- a user's chat rows {"messages": [{"role": "user" | "assistant", "content"}, ...],
+  "source_type", <provenance>}: the prompt is the conversation, one text in hh-rlhf's notation
+  (`text.flatten`) that `text.messages_of` reads back turn by turn for a chat template.
 The public formats are open datasets: they carry a human preference or curation (hh-rlhf's binary
 choice, OpenAssistant's review and ranking, MT-bench's hand-written questions) but no per-row
 score, so they get `adapter_preference_score`.

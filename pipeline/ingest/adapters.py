@@ -12,6 +12,7 @@ from typing import Any
 from rlhf.pipeline.ingest.config import IngestConfig
 from rlhf.pipeline.ingest.detectors import is_encodable
 from rlhf.pipeline.ingest.record import Record
+from rlhf.pipeline.text import clean, flatten, messages_of
 from rlhf.store.schemas import SOURCE_TYPES
 
 
@@ -87,6 +88,28 @@ def adapt_generic(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
     _check_provenance(rec, obj, cfg)
     for key, value in obj.items():
         if key not in ("text", "source_type") and key not in rec.provenance:
+            rec.provenance[key] = value
+
+
+def adapt_messages(rec: Record, obj: dict[str, Any], cfg: IngestConfig) -> None:
+    """A user's chat rows: {"messages": [{"role", "content"}, ...], "source_type", <provenance>}.
+    The prompt is the conversation up to its last user turn, stored as one text in hh-rlhf's
+    notation (`text.flatten`), from which `text.messages_of` reads the same turns back for a chat
+    template; one that does not (another role, a first or last turn not the user's, a turn
+    holding a `\\n\\nHuman:` tag) is a `bad_record`. Provenance as for the world's rows."""
+    messages = obj.get("messages")
+    try:
+        text = flatten(messages) if isinstance(messages, list) else None
+    except (ValueError, AttributeError):
+        text = None
+    if text is None or messages[-1]["role"] != "user" or messages_of(text) != [
+            {"role": m["role"], "content": clean(m["content"])} for m in messages]:
+        rec.reject("bad_record")
+    else:
+        _set_text(rec, text)
+    _check_provenance(rec, obj, cfg)
+    for key, value in obj.items():
+        if key not in ("messages", "source_type") and key not in rec.provenance:
             rec.provenance[key] = value
 
 
@@ -210,5 +233,7 @@ def adapt(rec: Record, obj: Any, cfg: IngestConfig) -> None:
         adapt_hh_rlhf(rec, obj, cfg)
     elif "message_tree_id" in obj and isinstance(obj.get("prompt"), dict):
         adapt_oasst(rec, obj, cfg)
+    elif "messages" in obj and "text" not in obj:
+        adapt_messages(rec, obj, cfg)
     else:
         adapt_generic(rec, obj, cfg)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
+from rlhf.pipeline.text import encode_kwargs, render_prompt, render_sample, response_offset
 
 
 @runtime_checkable
@@ -64,7 +65,6 @@ class HFScorer:
 
     def __init__(self, model, tokenizer, max_length: int = 512):
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
-        self.format_prompt, self.format_sample, _ = text_format()
 
     @classmethod
     def load(cls, path: str) -> HFScorer:
@@ -73,14 +73,17 @@ class HFScorer:
         tok = AutoTokenizer.from_pretrained(path)
         return cls(AutoModelForSequenceClassification.from_pretrained(path), tok)
 
-    def _encode(self, texts: list[str]):
-        self.tokenizer.padding_side = "right"
-        return self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
-                              max_length=self.max_length)
+    def _encode(self, prompts: list[str], responses: list[str]):
+        """Right-padded encodings of the texts the RM scores (`text.render_sample`)."""
+        tok = self.tokenizer
+        tok.padding_side = "right"
+        return tok([render_sample(p, r, tok) for p, r in zip(prompts, responses)],
+                   return_tensors="pt", padding=True, truncation=True, max_length=self.max_length,
+                   **encode_kwargs(tok))
 
     @torch.no_grad()
     def score(self, prompts: list[str], responses: list[str]):
-        enc = self._encode([self.format_sample(p, r) for p, r in zip(prompts, responses)])
+        enc = self._encode(prompts, responses)
         logits = self.model(**enc).logits[:, 0].float()
         return logits, torch.ones_like(logits)
 
@@ -96,19 +99,20 @@ class HFScorer:
         """
         if has_token_head(self.model):
             return self._prefix_scores(prompts, responses, n_tokens)
-        return attribution_scores(self.model, self.tokenizer, self.format_sample, prompts,
-                                  responses, n_tokens, self.max_length)
+        return attribution_scores(self.model, self.tokenizer, prompts, responses, n_tokens,
+                                  self.max_length)
 
     @torch.no_grad()
     def _prefix_scores(self, prompts: list[str], responses: list[str], n_tokens: list[int]):
-        enc = self._encode([self.format_sample(p, r) for p, r in zip(prompts, responses)])
+        enc = self._encode(prompts, responses)
         base = getattr(self.model, self.model.base_model_prefix)
         hidden = base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
         per_pos = self.model.score(hidden)[..., 0].float()  # [B, L]
+        special = {"add_special_tokens": True, **encode_kwargs(self.tokenizer)}
         out = []
         for i, (p, n) in enumerate(zip(prompts, n_tokens)):
             length = int(enc["attention_mask"][i].sum())
-            n_prompt = len(self.tokenizer(self.format_prompt(p), add_special_tokens=True)
+            n_prompt = len(self.tokenizer(render_prompt(p, self.tokenizer), **special)
                            ["input_ids"])
             n_prompt = min(max(n_prompt, 1), length)
             prompt_score = float(per_pos[i, n_prompt - 1])
@@ -144,7 +148,7 @@ def _spread(n_chars: int, spans: list[tuple[int, int, float]], n: int) -> list[f
     return [sum(per_char[(j * n_chars) // n:((j + 1) * n_chars) // n]) for j in range(n)]
 
 
-def attribution_scores(model, tokenizer, format_sample, prompts: list[str], responses: list[str],
+def attribution_scores(model, tokenizer, prompts: list[str], responses: list[str],
                        n_tokens: list[int], max_length: int = 512):
     """Per-position scores of any RM from gradient x input attributions (one backward pass).
 
@@ -158,9 +162,10 @@ def attribution_scores(model, tokenizer, format_sample, prompts: list[str], resp
     """
     from rlhf.pipeline.reward.scorer import kept_positions
 
-    texts = [format_sample(p, r) for p, r in zip(prompts, responses)]
-    starts = [len(format_sample(p, "")) for p in prompts]
-    enc = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
+    texts = [render_sample(p, r, tokenizer) for p, r in zip(prompts, responses)]
+    starts = [response_offset(p, tokenizer) for p in prompts]
+    enc = tokenizer(texts, **{"add_special_tokens": True, **encode_kwargs(tokenizer)},
+                    return_offsets_mapping=True)
     special = set(tokenizer.all_special_ids)
     rows, offsets = [], []
     for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):

@@ -24,7 +24,8 @@ A scorer folder holds `scorer.json` and one or more sequence-classification chec
   `ppo.escalate_below` (0 = off by default).
 - `scorer.member_rewards(prompts, responses)` [members, B] for diagnostics; `scorer.n_params`.
 
-Texts are rendered with `rlhf.pipeline.text.format_sample` plus EOS, truncated from the left to
+Texts are rendered with `rlhf.pipeline.text.render_sample` (plus EOS in the plain format; a chat
+template closes the assistant's turn itself), truncated from the left to
 `max_length` tokens (the response end is what matters), exactly as in training (`encode_pairs`).
 """
 
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE, confidence_from_margins
-from rlhf.pipeline.text import format_sample
+from rlhf.pipeline.text import encode_kwargs, render_sample, templated
 
 SCORER_FILE = "scorer.json"
 AGGREGATIONS = ("mean", "min")
@@ -94,14 +95,15 @@ def fp32_head(model):
 
 def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str],
                  max_length: int) -> list[list[int]]:
-    """Token ids of `format_sample(p, r) + eos`, left-truncated to `max_length`.
+    """Token ids of `render_sample(p, r, tokenizer)` (+ eos in the plain format), left-truncated
+    to `max_length`.
 
     Any tokenizer: a causal LM's gets its EOS appended (the score is read at the last token); an
     encoder's (MiniLM/BERT: no EOS) adds its own [CLS] ... [SEP]. Truncation keeps the leading
     special token (BOS / [CLS], where an encoder's pooler reads) and the end of the response."""
-    eos = tokenizer.eos_token or ""
-    texts = [format_sample(p, r) + eos for p, r in zip(prompts, responses)]
-    ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    eos = "" if templated(tokenizer) else tokenizer.eos_token or ""
+    texts = [render_sample(p, r, tokenizer) + eos for p, r in zip(prompts, responses)]
+    ids = tokenizer(texts, **{"add_special_tokens": True, **encode_kwargs(tokenizer)})["input_ids"]
     special = set(tokenizer.all_special_ids)
     return [[x[k] for k in kept_positions(x, max_length, special)] for x in ids]
 
