@@ -20,7 +20,7 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 | `drafters.py` | `Drafter`, `DraftContext`, `LookupDrafter`, `ReuseDrafter`, `DRAFTS` |
 | `draft_model.py` | `ModelDrafter` (the policy's first layers draft) |
 | `drafted.py` | `DraftedGenerator`, `drafted_generate`, `resolve` (verification, accept rules) |
-| `engines.py` | `get_generator`, `get_drafter`, `ENGINES` |
+| `engines.py` | `get_generator`, `get_drafter`, `resolve_engine` (`auto` per device), `ENGINES` |
 | `static.py` | `StaticGenerator`, `StaticStats`, `static_path`: the static-shape step (a CUDA graph per bucket) |
 | `static_sample.py` | `StepSampling`, `warp`, `draw`: sampling inside the static step, no host sync |
 | `logprob_guard.py` | `LogprobGuard`, `LogprobMismatch`: the run-time check of reused engine log-probs |
@@ -31,7 +31,7 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 from rlhf.pipeline.decode.draft_model import ModelDrafter
 from rlhf.pipeline.decode.drafted import DraftedGenerator, drafted_generate, resolve
 from rlhf.pipeline.decode.drafters import DRAFTS, DraftContext, Drafter, LookupDrafter, ReuseDrafter
-from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator
+from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator, resolve_engine
 from rlhf.pipeline.decode.hf import HFGenerator, generate
 from rlhf.pipeline.decode.llama_step import FastDecoder
 from rlhf.pipeline.decode.logprob_guard import LogprobGuard, LogprobMismatch
@@ -49,6 +49,6 @@ __all__ = [
     "NativeGenerator", "ReuseDrafter", "Sampling", "StaticGenerator", "StaticStats",
     "StepSampling", "cut_at_eos", "drafted_generate", "draw", "encode_prompts", "generate",
     "get_drafter", "get_generator", "native_generate", "pad_responses", "position_ids", "prefill",
-    "resolve", "response_logits", "static_path", "token_entropy", "token_logprobs", "top_p_sample",
-    "warp",
+    "resolve", "resolve_engine", "response_logits", "static_path", "token_entropy",
+    "token_logprobs", "top_p_sample", "warp",
 ]
