@@ -149,6 +149,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="torch device of the policy and batches")
     ap.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                     help="cast the policy to this dtype (default: as built or saved)")
+    ap.add_argument("--note", default=None,
+                    help="what else ran on the machine (recorded in the JSON, shown on the page)")
     ap.add_argument("--variants", nargs="+", default=None,
                     choices=["hf", "native", "native-model-calls", *VARIANTS],
                     help="the variants besides the drafters (default: hf native "
@@ -192,6 +194,8 @@ def main() -> None:
                            "max_new_tokens": args.max_new_tokens}, "draft_k": args.draft_k,
               "draft_layers": args.draft_layers,
               "batches": {}}
+    if args.note:
+        report["note"] = args.note
     if dev.type != "cpu" or args.dtype:  # CPU runs' JSON stays as it was
         report.update({"device": str(dev), "dtype": str(next(model.parameters()).dtype),
                        "gpu": torch.cuda.get_device_name(dev) if on_gpu else None})

@@ -34,81 +34,11 @@ def verdicts_page(root: Path) -> str:
                       "", body, ""])
 
 
-ENGINE_COLUMNS = (("tokens_per_run", "tokens / run"), ("forwards_per_1k", "forwards"),
-                  ("row_forwards_per_1k", "row-forwards"),
-                  ("token_forwards_per_1k", "token-forwards"),
-                  ("draft_forwards_per_1k", "draft forwards"),
-                  ("draft_token_forwards_per_1k", "draft token-forwards (policy-equivalent)"),
-                  ("oldlp_token_forwards_per_1k", "old-log-prob token-forwards"),
-                  ("acceptance", "acceptance"))
-
-
 def engine_bench_page(root: Path) -> str:
-    """bench/engine.py's JSON results (bench/data/engine_*.json): counted compute per 1,000
-    generated tokens of each rollout engine and drafter, then the interleaved seconds."""
-    lines = ["# Rollout engine benchmark", "",
-             (f"<!-- written by `{COMMAND}` from bench/data/engine_*.json and "
-              "bench/data/gpu/engine_*.json: rerun it -->"), "",
-             ("Counts per 1,000 generated tokens (summed over the repeats): sequential policy "
-              "forwards, rows summed over them (what a finished row still costs under `hf`), token "
-              "positions pushed through the policy (prefill, decode, verification); the draft "
-              "model's sequential forwards and its token positions weighted by its share of the "
-              "policy's layers (`native+model`; add them to the policy's for its compute); "
-              "acceptance = accepted / drafted tokens. Seconds: the variants interleaved in each round, median "
-              "[min, max] over the rounds; the load average at the start says what else ran. "
-              "Where recorded, also with the PPO trainer's old-log-prob pass (run after `hf` "
-              "only: `native` returns the sampled distribution, which replaces it) and the "
-              "median over rounds of each variant's ratio to `hf`'s (the engine goal: ≤ 0.5x), also "
-              "per generated token where recorded (each variant draws other samples, of other "
-              "lengths). "
-              "What the engines are: [../engine.md](../engine.md)."), ""]
-    data = root / "bench" / "data"  # the CPU runs, then the GPU runs (bench/gpu_device.sh)
-    files = sorted(data.glob("engine_*.json")) + sorted(data.glob("gpu/engine_*.json"))
-    if not files:
-        return "\n".join([*lines, "No results yet: run bench/engine.py with --json.", ""])
-    for path in files:
-        r = json.loads(path.read_text(encoding="utf-8"))
-        smp = r.get("sampling", {})
-        lines += [f"## {path.stem}", "", *stamp(root, path),
-                  f"- command: `{r.get('command')}`",
-                  f"- policy: `{r.get('policy')}`; prompts: `{r.get('prompts')}`",
-                  (f"- sampling: temperature {smp.get('temperature')}, top-p {smp.get('top_p')}, "
-                   f"{smp.get('max_new_tokens')} new tokens; draft_k {r.get('draft_k')}"
-                   + (f", draft_layers {r['draft_layers']}" if "draft_layers" in r else "") + "; "
-                   f"{r.get('repeats')} repeats"),
-                  (f"- machine: {r.get('machine')}, {r.get('cpus')} CPUs, torch {r.get('torch')}, "
-                   f"{r.get('threads')} thread(s), load average {r.get('load_1min_at_start')} at "
-                   "the start"
-                   + (f"; {r['gpu']}, {r.get('dtype')}, peak GPU memory per batch (GiB) "
-                      f"{r.get('gpu_peak_gib')}" if r.get("gpu") else "")), ""]
-        for batch, rows in r.get("batches", {}).items():
-            with_lp = any("seconds_with_oldlp_median" in row for row in rows.values())
-            per_tok = any("ratio_vs_hf_with_oldlp_per_token_median" in row
-                          for row in rows.values())
-            extra = (" | seconds with the old-log-prob pass | ÷ hf's, per round |"
-                     + (" ÷ hf's per generated token |" if per_tok else "")
-                     if with_lp else " |")
-            lines += [f"### batch {batch}", "",
-                      "| variant | " + " | ".join(h for _, h in ENGINE_COLUMNS) + " | seconds"
-                      + extra, "|---|" + "---|" * (len(ENGINE_COLUMNS) + 1 + 2 * with_lp
-                                                   + (with_lp and per_tok))]
-            for v, row in rows.items():
-                cells = ["–" if row.get(k) is None else fmt(row[k]) for k, _ in ENGINE_COLUMNS]
-                line = (f"| {v} | " + " | ".join(cells) + f" | {fmt(row['seconds_median'])} "
-                        f"[{fmt(row['seconds_min'])}, {fmt(row['seconds_max'])}] |")
-                if with_lp:
-                    ratio = row.get("ratio_vs_hf_with_oldlp_median")
-                    line += (f" {fmt(row['seconds_with_oldlp_median'])} "
-                             f"[{fmt(row['seconds_with_oldlp_min'])}, "
-                             f"{fmt(row['seconds_with_oldlp_max'])}] | "
-                             + ("–" if ratio is None else f"{fmt(ratio)}x") + " |")
-                    if per_tok:
-                        tok_ratio = row.get("ratio_vs_hf_with_oldlp_per_token_median")
-                        line += (" " + ("–" if tok_ratio is None else f"{fmt(tok_ratio)}x")
-                                 + " |")
-                lines.append(line)
-            lines.append("")
-    return "\n".join(lines)
+    """bench/engine.py's JSON results: docs/engine_bench.py writes the page."""
+    import engine_bench  # docs/ is on the path, as for every sibling of generate.py
+
+    return engine_bench.page(root, COMMAND, stamp, fmt)
 
 
 SCALE_BENCHES = (("dedup.json", "Dedup: the index path at 20k and 1M planted prompts"),

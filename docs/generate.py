@@ -11,8 +11,8 @@ pipeline/ranges.py declares one, meaning from the field's comment or, a feature'
 declared help),
 features.md (the PPO feature registry: each rollout-economy switch and whether params.yaml turns
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
-(bench/engine.py's JSON in bench/data/), scale-bench.md (the dedup, scheduler and store benchmarks' JSON
-in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
+(bench/engine.py's JSON in bench/data/, written by docs/engine_bench.py), scale-bench.md (the
+dedup, scheduler and store benchmarks' JSON in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
 README.md carries the same picture between its `generated:dag` markers).
 
 `figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric

@@ -46,9 +46,11 @@ class DifficultyConfig:
     temperature: float = 1.0  # the baseline samples, so log-probs show its uncertainty
     top_p: float = 1.0
     batch_size: int = 64  # generation / scoring batch
-    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
-    # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
-    engine: Literal["hf", "native"] = "native"
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped row
+    # leaves the batch; the same distribution as "hf"), "hf" (model.generate) or "auto" (per device,
+    # the fastest exact engine measured on that device kind: native on a CPU, hf on CUDA until the
+    # static step's GPU figures exist, ppo.engine says why; recorded as resolved)
+    engine: Literal["auto", "hf", "native"] = "native"
     seed: int = 0
     sampler_batch_size: int = 16  # the sampler's default batch size in the coverage report
 
@@ -145,7 +147,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         out_dir: str | Path, pool_dir: str | Path | None = None,
         demos_path: str | Path | None = None, progress=None) -> dict[str, Any]:
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
-    from rlhf.pipeline.policy import load_policy, quiet_hf, sample
+    from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
     from rlhf.store.io import staged_folders, write_shard
 
@@ -202,7 +204,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         "corr_score_rm": float(corr[2, 3]) if corr is not None else None,
         "sampler_batch_size": cfg.sampler_batch_size,
         "sampler_full_coverage_share": full / n_batches,
-        "sampling": {"engine": cfg.engine, **counted},  # the policy's counted forwards
+        "sampling": {"engine": engine_on(cfg.engine, model), **counted},  # the policy's counted forwards
     }
     metrics = {k: (None if isinstance(v, float) and v != v else v) for k, v in metrics.items()}
     return metrics

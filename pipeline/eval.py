@@ -49,9 +49,11 @@ class EvalConfig:
     checkpoints: tuple[int, ...] = ()  # PPO steps to evaluate; () = every saved checkpoint
     batch_size: int = 64
     repetition_ngram: int = 4     # seq-rep-4 of Welleck et al. 2019 (neural text degeneration)
-    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
-    # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
-    engine: Literal["hf", "native"] = "native"
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped row
+    # leaves the batch; the same distribution as "hf"), "hf" (model.generate) or "auto" (per device,
+    # the fastest exact engine measured on that device kind: native on a CPU, hf on CUDA until the
+    # static step's GPU figures exist, ppo.engine says why; recorded as resolved)
+    engine: Literal["auto", "hf", "native"] = "native"
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.repetition_ngram < 1:
@@ -144,13 +146,13 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     import torch
 
     from rlhf.pipeline.decode import (Sampling, cut_at_eos, encode_prompts, get_generator,
-                                      pad_responses, response_logits)
+                                      pad_responses, resolve_engine, response_logits)
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.text import response_of
 
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     settings = Sampling(temperature, top_p, cfg.max_new_tokens)
-    engine = get_generator(cfg.engine)
+    engine = get_generator(resolve_engine(cfg.engine, next(model.parameters()).device))
     out: list[dict] = []
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         chunk = prompts[start:start + cfg.batch_size]

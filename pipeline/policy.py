@@ -112,13 +112,21 @@ def load_policy(path: str | Path):
     return model, load_tokenizer(path)
 
 
+def engine_on(engine: str, model) -> str:
+    """`engine` as params.yaml names it (`auto` included) resolved for the device `model` is on
+    (decode.resolve_engine): the engine a stage samples with, and records."""
+    from rlhf.pipeline.decode import resolve_engine
+
+    return resolve_engine(engine, next(model.parameters()).device)
+
+
 def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens: int = 48,
            temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, batch_size: int = 64,
            progress=None, engine: str = "hf", cost: dict | None = None) -> list[list[Sample]]:
     """`n` sampled responses per prompt (temperature 0: greedy), as a list per prompt.
 
     Prompts are rendered with `format_prompt`; `progress(k)` is called after each batch of k
-    prompts (for a progress bar). `engine` (generation.get_generator: "hf" or "native") samples
+    prompts (for a progress bar). `engine` (decode.get_generator; "auto": `engine_on`) samples
     them; `n` > 1 repeats each prompt's row n times (what model.generate's
     num_return_sequences does), and greedy decodes once and copies. `cost`: when given, the
     engine's counted `forwards` and `token_forwards` of every batch are added to it.
@@ -131,7 +139,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     out: list[list[Sample]] = [[] for _ in prompts]
     if not prompts:
         return out
-    gen_engine = get_generator(engine)
+    gen_engine = get_generator(engine_on(engine, model))
     pad_side = tokenizer.padding_side
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id

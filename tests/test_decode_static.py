@@ -24,6 +24,7 @@ from rlhf.pipeline.decode import (
     static_path,
     token_logprobs,
     warp,
+    warp_draw,
 )
 from scipy.stats import chi2
 
@@ -171,20 +172,34 @@ def _chi2_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return float(chi2.sf(float(stat), int(seen.sum()) - 1))
 
 
-def test_draws_follow_the_warpers_nucleus_and_a_wrong_nucleus_fails(tok):
-    """20 000 draws from one row: the warper's nucleus probabilities fit (chi-square p > 1e-3);
-    the nucleus without its edge token does not."""
+def _nucleus_row():
     s = StepSampling(greedy=False, temperature=0.7, top_p=0.8, pad=None, eos=None, fill=0)
     gen = torch.Generator().manual_seed(5)
     row = torch.randn(1, 24, generator=gen) * 1.5
     want = tf.TopPLogitsWarper(0.8)(None, row / 0.7).softmax(-1)[0]
     assert (want > 0).sum() >= 3
+    return s, row.expand(20_000, -1), want.double()
+
+
+def test_draws_follow_the_warpers_nucleus_and_a_wrong_nucleus_fails(tok):
+    """20 000 draws from one row: the warper's nucleus probabilities fit (chi-square p > 1e-3);
+    the nucleus without its edge token does not."""
+    s, scores, want = _nucleus_row()
     torch.manual_seed(11)
-    scores = row.expand(20_000, -1)
     ours = torch.bincount(draw(warp(scores, s), s), minlength=24).double()
     wrong = torch.bincount(draw(warp(scores, s, edge_dropped=True), s), minlength=24).double()
-    assert _chi2_p(ours, want.double()) > 1e-3
-    assert _chi2_p(wrong, want.double()) < 1e-6
+    assert _chi2_p(ours, want) > 1e-3
+    assert _chi2_p(wrong, want) < 1e-6
+
+
+def test_the_cpu_step_draws_the_same_nucleus_and_scores():
+    """On a CPU the eager step samples with `top_p_sample` (warp_draw): its draws fit the same
+    nucleus, and its warped scores are the warper's (the sampled log-probs come from them)."""
+    s, scores, want = _nucleus_row()
+    torch.manual_seed(11)
+    warped, drawn = warp_draw(scores, s)
+    assert _chi2_p(torch.bincount(drawn, minlength=24).double(), want) > 1e-3
+    torch.testing.assert_close(warped.softmax(-1)[0].double(), want, atol=1e-6, rtol=0)
 
 
 class _Ban:

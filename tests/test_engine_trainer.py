@@ -39,6 +39,17 @@ def test_native_engine_trains_and_skips_the_old_logprob_pass(tmp_path, draft):
         assert all(x["draft_forwards"] > 0 and x["draft_token_forwards"] > 0 for x in m)
 
 
+def test_auto_engine_on_a_cpu_trains_as_native_and_records_native(tmp_path):
+    tr = make_trainer(tmp_path, total_steps=1, engine="auto")
+    assert tr.cfg.engine == "native" and tr.context.cfg.engine == "native"
+    tr.train()
+    m = metrics(tmp_path)[0]
+    assert m["logprob_passes_saved"] == 1  # native's sampled log-probs replaced the pass
+    states = sorted(tmp_path.rglob("trainer_state.json"))
+    assert states and all(json.loads(p.read_text())["config"]["engine"] == "native"
+                          for p in states)
+
+
 def test_native_engine_timeout_falls_back_and_keeps_the_pass(tmp_path):
     tr = make_trainer(tmp_path, total_steps=1, engine="native", generation_timeout_s=1e-9)
     tr.train()

@@ -1,8 +1,9 @@
 """The sampling stages' engine parameter (preferences.engine, reward.engine, difficulty.engine)
 reaches the engine that samples: each stage run with `hf` and with `native` on a tiny policy
 records its engine and the policy's counted forwards in its report, and native's token-forwards
-are fewer (a row that stops leaves the batch). The reward stage's three sampling calls
-(distillation rollouts, fresh samples, on-policy samples) each ask for the configured engine."""
+are fewer (a row that stops leaves the batch); `auto` on the CPU samples and records as
+`native` does, the same draws. The reward stage's three sampling calls (distillation rollouts,
+fresh samples, on-policy samples) each ask for the configured engine (`auto`: as resolved)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ def test_preferences_records_its_engine_and_native_costs_less(tiny, tmp_path):
 
     world, pool = tiny
     reports = {}
-    for engine in ("hf", "native"):
+    for engine in ("hf", "native", "auto"):
         cfg = preferences.PreferencesConfig(k=3, max_new_tokens=12, engine=engine, batch_size=30)
         reports[engine] = preferences.run(cfg, world["policy"], tmp_path / engine, pool_dir=pool,
                                           world=(ToyAnnotatorPool, toy_gold))
     hf, nat = reports["hf"]["sampling"], reports["native"]["sampling"]
     assert hf["engine"] == "hf" and nat["engine"] == "native"
+    assert reports["auto"] == reports["native"]  # auto on a CPU: native, the same draws
     assert reports["native"]["n_responses"] == 3 * reports["native"]["n_prompts"] > 0
     assert 0 < nat["token_forwards"] < hf["token_forwards"]
 
@@ -51,8 +53,9 @@ def test_difficulty_records_its_engine_and_native_costs_less(tiny, tmp_path):
     assert 0 < nat["token_forwards"] < hf["token_forwards"]
 
 
-@pytest.mark.parametrize("engine", ["hf", "native"])
-def test_reward_samples_through_its_engine(tiny, monkeypatch, engine):
+@pytest.mark.parametrize(("engine", "resolved"),
+                         [("hf", "hf"), ("native", "native"), ("auto", "native")])
+def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     from rlhf.pipeline import decode
     from rlhf.pipeline.policy import load_policy
     from rlhf.pipeline.reward import load_scorer
@@ -73,5 +76,5 @@ def test_reward_samples_through_its_engine(tiny, monkeypatch, engine):
     strong, light = load_scorer(world["strong_reward"]), load_scorer(world["reward"])
     report = onpolicy_figures(replace(cfg, onpolicy_k=2), policy, tok, prompts, strong, light,
                               toy_gold, None, lambda msg: None)
-    assert report["sampling"]["engine"] == engine and report["n_prompts"] == 2
-    assert asked == [engine] * 3
+    assert report["sampling"]["engine"] == resolved and report["n_prompts"] == 2
+    assert asked == [resolved] * 3

@@ -20,9 +20,9 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 | `drafters.py` | `Drafter`, `DraftContext`, `LookupDrafter`, `ReuseDrafter`, `DRAFTS` |
 | `draft_model.py` | `ModelDrafter` (the policy's first layers draft) |
 | `drafted.py` | `DraftedGenerator`, `drafted_generate`, `resolve` (verification, accept rules) |
-| `engines.py` | `get_generator`, `get_drafter`, `ENGINES` |
+| `engines.py` | `get_generator`, `get_drafter`, `resolve_engine` (`auto` per device), `ENGINES` |
 | `static.py` | `StaticGenerator`, `StaticStats`, `static_path`: the static-shape step (a CUDA graph per bucket) |
-| `static_sample.py` | `StepSampling`, `warp`, `draw`: sampling inside the static step, no host sync |
+| `static_sample.py` | `StepSampling`, `warp`, `draw`: sampling inside the static step, no host sync; `warp_draw` (a CPU: `top_p_sample`) |
 | `logprob_guard.py` | `LogprobGuard`, `LogprobMismatch`: the run-time check of reused engine log-probs |
 
     python -c "import rlhf.pipeline.decode as d; print(d.ENGINES, d.DRAFTS)"
@@ -31,7 +31,7 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 from rlhf.pipeline.decode.draft_model import ModelDrafter
 from rlhf.pipeline.decode.drafted import DraftedGenerator, drafted_generate, resolve
 from rlhf.pipeline.decode.drafters import DRAFTS, DraftContext, Drafter, LookupDrafter, ReuseDrafter
-from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator
+from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator, resolve_engine
 from rlhf.pipeline.decode.hf import HFGenerator, generate
 from rlhf.pipeline.decode.llama_step import FastDecoder
 from rlhf.pipeline.decode.logprob_guard import LogprobGuard, LogprobMismatch
@@ -40,7 +40,7 @@ from rlhf.pipeline.decode.native import NativeGenerator, native_generate, prefil
 from rlhf.pipeline.decode.protocol import Generated, Generator
 from rlhf.pipeline.decode.sampling import Sampling, top_p_sample
 from rlhf.pipeline.decode.static import StaticGenerator, StaticStats, static_path
-from rlhf.pipeline.decode.static_sample import StepSampling, draw, warp
+from rlhf.pipeline.decode.static_sample import StepSampling, draw, warp, warp_draw
 from rlhf.pipeline.decode.tokens import cut_at_eos, encode_prompts, pad_responses, position_ids
 
 __all__ = [
@@ -49,6 +49,6 @@ __all__ = [
     "NativeGenerator", "ReuseDrafter", "Sampling", "StaticGenerator", "StaticStats",
     "StepSampling", "cut_at_eos", "drafted_generate", "draw", "encode_prompts", "generate",
     "get_drafter", "get_generator", "native_generate", "pad_responses", "position_ids", "prefill",
-    "resolve", "response_logits", "static_path", "token_entropy", "token_logprobs", "top_p_sample",
-    "warp",
+    "resolve", "resolve_engine", "response_logits", "static_path", "token_entropy",
+    "token_logprobs", "top_p_sample", "warp", "warp_draw",
 ]

@@ -11,6 +11,11 @@ distribution `torch.multinomial` draws from (other random numbers, no sync, no d
 shape). tests/test_decode_static.py checks the drawn distribution against the warper's nucleus
 by a chi-square test that a wrong variant (`edge_dropped=True`) fails.
 
+On a CPU the step runs eager (no graph needs fixed shapes), and there `warp_draw` samples with
+the native engine's `top_p_sample` instead: the same nucleus and distribution, ordering only the
+nucleus' edge. The warper's full sort and the race's exponentials were a third of a CPU step
+(torch.profiler, batch 16: docs/engine.md).
+
     python -c "from rlhf.pipeline.decode import StepSampling; help(StepSampling)"
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from rlhf.pipeline.decode.sampling import top_p_sample
 
 TINY = torch.finfo(torch.float32).tiny  # an Exp(1) draw of 0 would make 0 / 0 in the race
 
@@ -81,6 +87,16 @@ def draw(scores: torch.Tensor, s: StepSampling) -> torch.Tensor:
     return (probs / race).argmax(-1)
 
 
+def warp_draw(scores: torch.Tensor, s: StepSampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the warped scores, one token a row): `warp` then `draw` where the step may be captured
+    (CUDA) or is greedy; on a CPU, temperature then `top_p_sample` (inverse CDF over the nucleus,
+    the same distribution, data-dependent shapes and one sync, which an eager step can afford)."""
+    if s.greedy or scores.device.type != "cpu":
+        warped = warp(scores, s)
+        return warped, draw(warped, s)
+    return top_p_sample(scores / s.temperature, s.top_p)
+
+
 def sample_step(raw: torch.Tensor, scores: torch.Tensor, done: torch.Tensor, s: StepSampling):
     """One step's draw and accounting for the S slots of a bucket.
 
@@ -88,8 +104,7 @@ def sample_step(raw: torch.Tensor, scores: torch.Tensor, done: torch.Tensor, s: 
     [S] bool the slots whose row had stopped before this step. Returns (token, log-prob under
     the sampled distribution, log-prob and entropy under the trainer's definition (full
     softmax of raw / temperature), done after this token); a stopped slot gets `fill` and 0s."""
-    warped = warp(scores, s)
-    tok = draw(warped, s)
+    warped, tok = warp_draw(scores, s)
     lp_sampled = torch.log_softmax(warped, -1).gather(1, tok[:, None]).squeeze(1)
     logp = torch.log_softmax(raw.float() / (s.temperature + 1e-7), -1)
     lp_full = logp.gather(1, tok[:, None]).squeeze(1)

@@ -9,6 +9,7 @@ old / reference log-probs, entropy and the exact KL.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import torch
@@ -20,6 +21,7 @@ from rlhf.pipeline.decode import (
     get_drafter,
     get_generator,
     pad_responses,
+    resolve_engine,
     response_logits,
     token_entropy,
     token_logprobs,
@@ -34,6 +36,22 @@ FALLBACK_RESPONSE = "..."  # seed 000 §4.3: a timed-out rollout becomes prompt 
 def sampling_of(cfg) -> Sampling:
     """PPO's sampling settings (ppo.temperature / top_p / max_new_tokens), the one place."""
     return Sampling(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
+
+
+def engine_resolved(cfg, device):
+    """`cfg` with `ppo.engine: auto` resolved for `device` (decode.resolve_engine): the trainer
+    samples with, and records (trainer_state.json, params_hash), the engine it resolved to; any
+    other engine returns `cfg` itself. Drafts on an engine `auto` made other than native are a
+    one-line error."""
+    from rlhf.pipeline.config import ConfigError
+
+    engine = resolve_engine(cfg.engine, device)
+    if engine == cfg.engine:
+        return cfg
+    if cfg.draft != "none" and engine != "native":
+        raise ConfigError(f"ppo.draft {cfg.draft!r} needs the native engine; ppo.engine: auto "
+                          f"is {engine!r} on {device}")
+    return dataclasses.replace(cfg, engine=engine)
 
 
 def generator_of(cfg, hooks=()) -> Generator:
@@ -55,6 +73,7 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
     or criteria made a drafting engine decode plain)."""
     from transformers import MaxTimeCriteria
 
+    cfg = engine_resolved(cfg, device)  # the trainer's cfg is resolved already: itself
     engine = generator_of(cfg, hooks)
     made = None
     ids, texts = [b[0] for b in batch], [b[1] for b in batch]

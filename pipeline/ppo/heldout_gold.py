@@ -54,6 +54,7 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     """SFT vs PPO policy on the held-out prompts of `store_root` (pool + similar tables), both
     sampled alike (the same seed: a paired comparison), scored by `judge` (None: world gold);
     the report names the judge."""
+    from rlhf.pipeline.decode import resolve_engine
     from rlhf.pipeline.heldout_prompts import held_out_prompts
     from rlhf.pipeline.judges import WorldGoldJudge
 
@@ -61,6 +62,8 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     if not prompts:
         raise ValueError(f"no held-out (eval-split) prompts in {store_root}")
     judge = judge if judge is not None else WorldGoldJudge()
+    # gold_eval samples on the CPU (load_policy): the report names the engine `auto` resolved to
+    engine = resolve_engine(engine, "cpu")
     sft = gold_eval(sft_path, prompts, sampling, seed, judge=judge, engine=engine)
     ppo = gold_eval(ppo_path, prompts, sampling, seed, judge=judge, engine=engine)
     return {"judge": judge.name, "n_prompts": len(prompts), "sft": sft, "ppo": ppo,

@@ -51,7 +51,7 @@ from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
 from rlhf.pipeline.ppo.critic import build_critic
 from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetector
 from rlhf.pipeline.ppo.dist import Dist
-from rlhf.pipeline.ppo.generate import forward_logprobs, generate_rollout, policy_logits
+from rlhf.pipeline.ppo.generate import engine_resolved, forward_logprobs, generate_rollout, policy_logits
 from rlhf.pipeline.ppo.features import FeatureContext, build_hooks, registry
 from rlhf.pipeline.ppo.hooks import RolloutContext, RolloutHooks
 from rlhf.pipeline.ppo.records import Recorder
@@ -142,6 +142,8 @@ class PPOTrainer:
                       else hooks_for(cfg, strong_scorer, tokenizer=tokenizer,
                                      light_scorer=scorer))
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        # `engine: auto` becomes the engine for this device, which the run then records
+        cfg = self.cfg = engine_resolved(cfg, self.acc.device)
         self.dist = Dist(self.acc)
         self.rank, self.world = self.dist.rank, self.dist.world
         self.progress = progress

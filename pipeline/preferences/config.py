@@ -35,9 +35,11 @@ class PreferencesConfig:
     top_p: float = 1.0
     max_new_tokens: int = 48
     batch_size: int = 64
-    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped
-    # row leaves the batch; the same distribution as "hf") or "hf" (model.generate)
-    engine: Literal["hf", "native"] = "native"
+    # the rollout engine that samples (pipeline/decode get_generator): "native" (a stopped row
+    # leaves the batch; the same distribution as "hf"), "hf" (model.generate) or "auto" (per device,
+    # the fastest exact engine measured on that device kind: native on a CPU, hf on CUDA until the
+    # static step's GPU figures exist, ppo.engine says why; recorded as resolved)
+    engine: Literal["auto", "hf", "native"] = "native"
     heldout_fraction: float = 0.15  # prompts whose rankings are kept for RM evaluation
     seed: int = 0
     annotators: AnnotatorConfig = field(default_factory=AnnotatorConfig)

@@ -93,7 +93,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
         realdata: str | Path | None = None, world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
     """The `preferences` stage: sample, annotate, read external rankings, write the table."""
-    from rlhf.pipeline.policy import load_policy, quiet_hf, sample
+    from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.store.io import staged_folders, write_shard
 
     quiet_hf()
@@ -151,7 +151,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         "mean_gold_score": sum(r["gold_score"] for r in rows) / max(1, len(rows)),
         "external": ext_counts,
         "n_external_pairs": len(expand_pairs(ext_rows)),
-        "sampling": {"engine": cfg.engine, **counted},  # the policy's counted forwards
+        "sampling": {"engine": engine_on(cfg.engine, model), **counted},  # the policy's counted forwards
     }
     return metrics
 

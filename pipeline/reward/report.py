@@ -179,6 +179,7 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
     strong-to-light score map Level 2 puts escalated rewards on the light scale with, fitted on
     these samples both RMs scored and saved into `strong_dir` (pipeline/reward/score_map.py)."""
     from rlhf.pipeline.decode import Sampling
+    from rlhf.pipeline.policy import engine_on
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
 
     sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)
@@ -191,7 +192,7 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
                            "sampling": {"temperature": sampling.temperature,
                                         "top_p": sampling.top_p,
                                         "max_new_tokens": sampling.max_new_tokens,
-                                        "engine": cfg.engine},
+                                        "engine": engine_on(cfg.engine, policy)},
                            "gold_mean": sum(data.gold) / max(len(data), 1)}
     from rlhf.pipeline.reward.augment import hack_probe
 

@@ -82,10 +82,12 @@ class RewardConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts
     max_new_tokens: int = 48
     batch_size: int = 64  # generation and scoring batch
-    # the rollout engine that samples the SFT policy here (distillation rollouts, fresh and
-    # on-policy samples; pipeline/decode get_generator): "native" (a stopped row leaves
-    # the batch; the same distribution as "hf") or "hf" (model.generate)
-    engine: Literal["hf", "native"] = "native"
+    # the rollout engine that samples the SFT policy here (distillation rollouts, fresh and on-
+    # policy samples; pipeline/decode get_generator): "native" (a stopped row leaves the batch; the
+    # same distribution as "hf"), "hf" (model.generate) or "auto" (per device, the fastest exact
+    # engine measured on that device kind: native on a CPU, hf on CUDA until the static step's GPU
+    # figures exist, ppo.engine says why; recorded as resolved)
+    engine: Literal["auto", "hf", "native"] = "native"
     drift_window_days: float = 1.0  # annotator drift report: mean label per window
     adversarial_fraction: float = 0.0  # share of training pairs perturbed and re-scored
     # the preferences rows the RMs train on, by `source`: the annotators' rankings (embedded

@@ -58,7 +58,7 @@ class DraftHook(HookBase):
 
 
 def _check(cfg) -> None:
-    if cfg.draft != "none" and cfg.engine != "native":
+    if cfg.draft != "none" and cfg.engine not in ("native", "auto"):  # auto: checked on resolving
         raise ConfigError(f"ppo.draft {cfg.draft!r} needs ppo.engine: native, got {cfg.engine!r}")
 
 

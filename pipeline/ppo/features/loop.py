@@ -107,12 +107,18 @@ REWARD_ATTENTION_FIELDS = (
 )
 
 ENGINE_FIELDS = (
-    ConfigField("engine", Literal["hf", "native", "static", "vllm"], "hf",
+    ConfigField("engine", Literal["auto", "hf", "native", "static", "vllm"], "hf",
                 help='pipeline/decode get_generator: "hf" (model.generate: every row lives '
                      'until the batch\'s last one ends), "native" (pipeline/decode/native.py: a '
                      'stopped row leaves the batch, and the sampled tokens\' log-probs replace '
                      'the old-log-prob forward), "static" (pipeline/decode/static.py: static '
-                     'shapes, a CUDA graph per batch bucket; docs/engine.md), "vllm" (not built)'),
+                     'shapes, a CUDA graph per batch bucket; docs/engine.md), "vllm" (not '
+                     'built), "auto" (per device, the fastest exact engine measured on that '
+                     'device kind: "native" on a CPU (0.41x the seconds of hf + the '
+                     'old-log-prob pass), "hf" on CUDA until the static step\'s GPU figures '
+                     'exist (the only GPU figures, bench/data/gpu/device_run2.log on an H200, '
+                     'have native 2.7x slower than hf); bench/gpu_device.sh measures static, '
+                     'which will decide; the run records the engine it resolved to)'),
     ConfigField("logprob_guard_every", int, 0, range=NONNEG,
                 help="the old-log-prob guard (pipeline/decode/logprob_guard.py): every "
                      "`logprob_guard_every` steps whose engine log-probs would be reused, "

@@ -254,7 +254,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
 
     from transformers import StoppingCriteria
 
-    from rlhf.pipeline.decode import cut_at_eos, get_generator
+    from rlhf.pipeline.decode import cut_at_eos, get_generator, resolve_engine
 
     pad, eos = tok.pad_token_id, tok.eos_token_id
     seqs = [r.query[i][r.query_mask[i].bool()].tolist() + list(p) for i, p in zip(rows, prefixes)]
@@ -272,7 +272,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
             return torch.full((input_ids.shape[0],), input_ids.shape[1] - width,
                               device=input_ids.device) >= limit
 
-    made = get_generator(engine).generate(
+    made = get_generator(resolve_engine(engine, device)).generate(
         model, tok, {"input_ids": ids.to(device), "attention_mask": mask.to(device)},
         replace(sampling, max_new_tokens=max(budget)), stopping_criteria=[Budget()])
     if cost is not None:
