@@ -21,7 +21,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, compute_or_fail,
+                              data_table, fail,
                               judge_or_fail, load_config, plain, tracking_or_fail,
                               write_metrics)
 
@@ -87,6 +88,7 @@ def sft(
     cfg = load_config(params, "sft")
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
+    compute = compute_or_fail(params, "sft")
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -99,7 +101,7 @@ def sft(
     t0 = time.perf_counter()
     try:
         m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model),
-                tracking)
+                tracking, compute)
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
     write_metrics("sft", m, metrics, report_path)
@@ -142,6 +144,7 @@ def preferences(
     if cfg.labels == "human":
         return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
                                   report_path)
+    compute = compute_or_fail(params, "preferences")  # human labels: no model runs
     if policy is None:
         fail("--policy is needed (preferences.labels: annotators)")
     _need_model("policy", policy, "--policy")
@@ -158,7 +161,7 @@ def preferences(
                  "build the table without them")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, out, pool, demos, realdata)
+        m = run(cfg, policy, out, pool, demos, realdata, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
     write_metrics("preferences", m, metrics, report_path)
@@ -239,6 +242,7 @@ def reward(
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
+    compute = compute_or_fail(params, "reward")
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
@@ -249,7 +253,7 @@ def reward(
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
                 judge=judge_or_fail(params, judge_model),
                 log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling,
-                tracking=tracking)
+                tracking=tracking, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
     write_metrics("reward", m, metrics, report_path)
@@ -326,6 +330,7 @@ def difficulty(
     from rlhf.pipeline.difficulty import run
 
     cfg = load_config(params, "difficulty")
+    compute = compute_or_fail(params, "difficulty")
     _need_model("policy", policy, "--policy")
     _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
@@ -333,7 +338,7 @@ def difficulty(
         fail("give --pool or --demos")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, reward_model, out, pool, demos)
+        m = run(cfg, policy, reward_model, out, pool, demos, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"difficulty failed: {exc}")
     write_metrics("difficulty", m, metrics, report_path)
@@ -383,10 +388,11 @@ def judge(
     from rlhf.pipeline.judges import train_heldout_judge
 
     cfg = load_config(params, "judge")
+    compute = compute_or_fail(params, "judge")
     _need_dir(preferences_dir, "--preferences")
     t0 = time.perf_counter()
     try:
-        m = train_heldout_judge(cfg, preferences_dir, out)
+        m = train_heldout_judge(cfg, preferences_dir, out, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"judge failed: {exc}")
     write_metrics("judge", m, metrics, report_path)

@@ -41,6 +41,7 @@ SECTIONS: dict[str, str] = {
     "judge": "rlhf.pipeline.judges:JudgeConfig",
     "demos": "rlhf.pipeline.demos:DemosConfig",
     "tracking": "rlhf.pipeline.tracking:TrackingConfig",
+    "compute": "rlhf.pipeline.compute:ComputeConfig",
 }
 
 
