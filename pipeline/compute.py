@@ -31,6 +31,7 @@ STAGES = ("sft", "preferences", "reward", "difficulty", "judge", "ppo", "eval")
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION = ("sdpa", "flash_attention_2", "eager")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+CHOICES = {"dtype": ("auto", *DTYPES), "attn_implementation": ("auto", *ATTENTION)}
 
 
 class ComputeError(ValueError):
@@ -63,7 +64,12 @@ class ComputeConfig:
             if not isinstance(values, dict) or set(values) - own:
                 raise ValueError(f"stages.{stage}: a mapping of {', '.join(sorted(own))}, got "
                                  f"{values!r}")
-            dataclasses.replace(self, stages={}, **values)  # each value checked as the global one
+            for key, value in values.items():
+                allowed = CHOICES.get(key, (True, False))
+                if key != "device" and value not in allowed:
+                    raise ValueError(f"stages.{stage}.{key} must be one of "
+                                     f"{', '.join(map(str, allowed))}, got {value!r}")
+            dataclasses.replace(self, stages={}, **values)  # the device checked as the global one
 
     def for_stage(self, stage: str | None) -> ComputeConfig:
         """The values `stage` runs with: its `stages` entry over the global ones."""
@@ -228,5 +234,5 @@ def for_training(model, compute: Compute | None):
     if compute is None:
         return model
     if compute.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable()  # transformers 5 name
     return compute.place(model)

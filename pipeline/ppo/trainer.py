@@ -432,7 +432,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     policy, ref = (_load_policy(AutoModelForCausalLM, policy_path, compute, what)
                    for what in ("policy", "reference"))
     if compute.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
+        policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
     scorer = load_scorer(reward_path, name="light_rm", compute=compute)
     prompts = load_prompts(prompts_path)
     sampler = None
