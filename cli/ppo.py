@@ -110,8 +110,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
                    checkpoint_table=checkpoint_table, difficulty=difficulty, rm_scores=rm_scores,
                    train_metrics=train_metrics, deepspeed_config=deepspeed_config,
-                   inputs=inputs, tables=tables, params=params, tracking=tracking,
-                   compute=compute)
+                   inputs=inputs, tables=tables, params=params, tracking=tracking, compute=compute)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:
