@@ -2,9 +2,9 @@
 2 (or --threads) intra-op threads, each in a fresh process: a MiniLM reward-model training step
 (the strong ensemble and the light RM's distillation), MiniLM scoring (the RMs' reports, PPO's
 rewards, eval), both also under bf16 autocast (`reward.precision`, pipeline/reward/scorer.py),
-the sft stage's trainer with SDPA and eager attention (`sft.attn_implementation`; seconds per
-step over its `--repeats` + 1 steps) and the tiny SFT policy's sampling (preferences, reward
-rollouts, ppo, eval).
+the sft stage's trainer with SDPA and eager attention (`compute.stages.sft.attn_implementation`;
+seconds per step over its `--repeats` + 1 steps) and the tiny SFT policy's sampling (preferences,
+reward rollouts, ppo, eval).
 
     .venv/bin/python bench/threads.py --artifacts artifacts          # on an otherwise idle CPU
 

@@ -108,8 +108,10 @@ def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
     from rlhf.pipeline.judges import load_judge
 
     cfg = load_config(params, "judge")
+    # the world's gold judge runs no model: the compute section is read for an RM judge only
+    compute = None if cfg.kind == "world_gold" else compute_or_fail(params, "judge")
     try:
-        return load_judge(cfg, judge_model)
+        return load_judge(cfg, judge_model, compute)
     except (ValueError, OSError) as exc:
         fail(str(exc))
 
@@ -133,6 +135,19 @@ def tracking_or_fail(params: Path) -> Any:
     except ValueError as exc:
         fail(str(exc))
     return cfg
+
+
+def compute_or_fail(params: Path, stage: str) -> Any:
+    """What `stage` runs its models on (pipeline/compute.py): the params file's `compute:`
+    section, the stage's own entry merged, resolved on this machine; a device or dtype this
+    machine cannot give is one error line."""
+    from rlhf.pipeline.compute import ComputeError, resolve
+
+    cfg = load_config(params, "compute")
+    try:
+        return resolve(cfg, stage)
+    except ComputeError as exc:
+        fail(f"{params}: {exc}")
 
 
 # What each stage's metrics file (artifacts/metrics/<stage>.json, `dvc metrics show`) holds: the

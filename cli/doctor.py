@@ -1,4 +1,5 @@
-"""`rlhf doctor`: what this environment has, and the known-bad combinations of seed 000 §4.1.
+"""`rlhf doctor`: what this environment has, what params.yaml `compute: auto` resolves to here
+(device, dtype, attention, and why), and the known-bad combinations of seed 000 §4.1.
 
     rlhf doctor
 """
@@ -126,15 +127,12 @@ def padded_batch_check(implementation: str, reference: str = "sdpa", device: str
 
 
 def _attention_status() -> str:
-    """The padded-batch check for the attention this machine would train with."""
-    import torch
+    """The padded-batch check for the attention `compute: auto` gives here (compute.resolve)."""
+    from rlhf.pipeline.compute import resolve
 
-    from importlib.util import find_spec
-
-    if torch.cuda.is_available() and find_spec("flash_attn") is not None:
-        impl, device, dtype, tol = "flash_attention_2", "cuda", "bfloat16", 5e-2
-    else:
-        impl, device, dtype, tol = "sdpa", "cpu", "float32", 1e-4
+    auto = resolve()
+    impl, device, dtype = auto.attn_implementation or "sdpa", auto.device, auto.dtype
+    tol = 1e-4 if dtype == "float32" else 5e-2
     try:
         diff = padded_batch_check(impl, "sdpa" if impl != "sdpa" else "eager", device, dtype)
     except Exception as exc:  # a broken attention backend is a finding, not a crash
@@ -160,8 +158,35 @@ def _minilm_status() -> str:
         return f"FAILED to load: {exc}"
 
 
+def compute_rows(params: Path) -> list[tuple[str, str]]:
+    """(component, status) rows: what `compute: auto` resolves to on this machine and why, then
+    each stage's own resolution where the params file's `compute` section sets something else
+    (an error there is its row, not a crash)."""
+    from rlhf.pipeline.compute import STAGES, ComputeConfig, ComputeError, resolve
+    from rlhf.pipeline.config import ConfigError, load_section
+
+    auto = resolve()
+    rows = [("compute: auto", auto.describe()), ("  why", "; ".join(auto.why))]
+    if not params.is_file():
+        return rows
+    try:
+        cfg = load_section(params, "compute")
+    except ConfigError as exc:
+        return [*rows, (f"compute ({params})", f"error: {exc}")]
+    if cfg == ComputeConfig():
+        return rows
+    for stage in STAGES:
+        try:
+            rows.append((f"compute ({params}) {stage}", resolve(cfg, stage).describe()))
+        except ComputeError as exc:
+            rows.append((f"compute ({params}) {stage}", f"error: {exc}"))
+    return rows
+
+
 def doctor(
     configs: Path = typer.Option(Path("configs"), help="Folder of DeepSpeed JSON configs to check."),
+    params: Path = typer.Option(Path("params.yaml"), "--params", "-p",
+                                help="Params file whose `compute` section is resolved too."),
     skip_model: bool = typer.Option(False, "--skip-model", help="Do not load the MiniLM encoder."),
     attention: bool = typer.Option(False, "--attention",
                                    help="Check padded batches: flash_attention_2 (on a GPU with "
@@ -192,8 +217,8 @@ def doctor(
         add_plain_row(table, "torch", plain("not installed", "red"))
     for name, v in versions.items():
         add_plain_row(table, name, v or plain("not installed", "dim"))
-    attn = "flash_attention_2" if versions["flash-attn"] else "sdpa (flash-attn not installed)"
-    add_plain_row(table, "attention", attn)
+    for name, status in compute_rows(params):
+        add_plain_row(table, name, status)
     add_plain_row(table, "MiniLM (offline)", "skipped" if skip_model else _minilm_status())
     if attention:
         add_plain_row(table, "padded batches", _attention_status())

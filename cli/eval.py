@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                              use_text_format, write_metrics)
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, judge_or_fail,
+                             load_config, use_text_format, write_metrics)
 
 
 def eval_cmd(
@@ -36,6 +36,7 @@ def eval_cmd(
     ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
     use_text_format(params)
     judge = judge_or_fail(params, judge_model)
+    compute = compute_or_fail(params, "eval")
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
     from rlhf.pipeline import model_folders as mf
@@ -51,7 +52,8 @@ def eval_cmd(
 
     try:
         result = run(cfg, sft, ppo, light_rm, strong_rm, prompts, out,
-                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p, judge=judge)
+                     temperature=ppo_cfg.temperature, top_p=ppo_cfg.top_p, judge=judge,
+                     compute=compute)
     except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as exc:
         fail(f"{type(exc).__name__}: {exc}")
     except OSError as exc:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             tracking_or_fail, use_text_format, write_metrics)
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, judge_or_fail,
+                             load_config, tracking_or_fail, use_text_format, write_metrics)
 
 
 def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
@@ -60,6 +60,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     cfg = load_config(params, "ppo")
     use_text_format(params)
     tracking = tracking_or_fail(params)
+    compute = compute_or_fail(params, "ppo")
     # the sections a switch makes it read, read up front (a bad one stops before any training)
     if cfg.heldout_eval and heldout_store is not None:  # the held-out figure's judge
         load_config(params, "judge")
@@ -110,7 +111,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
         last = run(cfg, policy, reward, prompts, out, rollouts, run_id or None, resume,
                    checkpoint_table=checkpoint_table, difficulty=difficulty, rm_scores=rm_scores,
                    train_metrics=train_metrics, deepspeed_config=deepspeed_config,
-                   inputs=inputs, tables=tables, params=params, tracking=tracking)
+                   inputs=inputs, tables=tables, params=params, tracking=tracking, compute=compute)
         from accelerate import PartialState
 
         if not PartialState().is_main_process:

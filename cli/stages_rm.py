@@ -21,8 +21,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, data_table, fail,
-                              judge_or_fail, load_config, plain, tracking_or_fail, use_text_format,
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, add_plain_row, compute_or_fail,
+                              data_table, fail, judge_or_fail, load_config, plain,
+                              tracking_or_fail, use_text_format,
                               write_metrics)
 
 console = Console()
@@ -88,6 +89,7 @@ def sft(
     use_text_format(params)
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
+    compute = compute_or_fail(params, "sft")
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:
@@ -100,7 +102,7 @@ def sft(
     t0 = time.perf_counter()
     try:
         m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model),
-                tracking)
+                tracking, compute)
     except (OSError, ValueError) as exc:
         fail(f"sft failed: {exc}")
     write_metrics("sft", m, metrics, report_path)
@@ -144,6 +146,7 @@ def preferences(
     if cfg.labels == "human":
         return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
                                   report_path)
+    compute = compute_or_fail(params, "preferences")  # human labels: no model runs
     if policy is None:
         fail("--policy is needed (preferences.labels: annotators)")
     _need_model("policy", policy, "--policy")
@@ -160,7 +163,7 @@ def preferences(
                  "build the table without them")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, out, pool, demos, realdata)
+        m = run(cfg, policy, out, pool, demos, realdata, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"preferences failed: {exc}")
     write_metrics("preferences", m, metrics, report_path)
@@ -242,6 +245,7 @@ def reward(
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
+    compute = compute_or_fail(params, "reward")
     _need_dir(preferences_dir, "--preferences")
     _need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
@@ -252,7 +256,7 @@ def reward(
         m = run(cfg, preferences_dir, sft_dir, out_strong, out_light, None, pool, demos,
                 judge=judge_or_fail(params, judge_model),
                 log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling,
-                tracking=tracking)
+                tracking=tracking, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"reward failed: {exc}")
     write_metrics("reward", m, metrics, report_path)
@@ -330,6 +334,7 @@ def difficulty(
 
     cfg = load_config(params, "difficulty")
     use_text_format(params)
+    compute = compute_or_fail(params, "difficulty")
     _need_model("policy", policy, "--policy")
     _need_model("scorer", reward_model, "--reward-model")
     pool = _pool_or_demos(pool, demos)
@@ -337,7 +342,7 @@ def difficulty(
         fail("give --pool or --demos")
     t0 = time.perf_counter()
     try:
-        m = run(cfg, policy, reward_model, out, pool, demos)
+        m = run(cfg, policy, reward_model, out, pool, demos, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"difficulty failed: {exc}")
     write_metrics("difficulty", m, metrics, report_path)
@@ -388,10 +393,11 @@ def judge(
 
     cfg = load_config(params, "judge")
     use_text_format(params)
+    compute = compute_or_fail(params, "judge")
     _need_dir(preferences_dir, "--preferences")
     t0 = time.perf_counter()
     try:
-        m = train_heldout_judge(cfg, preferences_dir, out)
+        m = train_heldout_judge(cfg, preferences_dir, out, compute=compute)
     except (OSError, ValueError) as exc:
         fail(f"judge failed: {exc}")
     write_metrics("judge", m, metrics, report_path)

@@ -42,6 +42,7 @@ SECTIONS: dict[str, str] = {
     "demos": "rlhf.pipeline.demos:DemosConfig",
     "tracking": "rlhf.pipeline.tracking:TrackingConfig",
     "text": "rlhf.pipeline.text:TextConfig",
+    "compute": "rlhf.pipeline.compute:ComputeConfig",
 }
 
 

@@ -145,8 +145,10 @@ def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
 
 def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         out_dir: str | Path, pool_dir: str | Path | None = None,
-        demos_path: str | Path | None = None, progress=None) -> dict[str, Any]:
-    """The `difficulty` stage: one baseline response per prompt, the composite, the buckets."""
+        demos_path: str | Path | None = None, progress=None, compute=None) -> dict[str, Any]:
+    """The `difficulty` stage: one baseline response per prompt, the composite, the buckets.
+    `compute`: the policy's and the RM's device and dtype (pipeline/compute.py; None: float32 on
+    the CPU)."""
     from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
     from rlhf.store.io import staged_folders, write_shard
@@ -155,14 +157,14 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
     rows, source = _pool_rows(pool_dir, demos_path)
     if not rows:
         raise ValueError("no prompts to score")
-    model, tok = load_policy(policy_dir)
+    model, tok = load_policy(policy_dir, compute)
     texts = [r["text"] for r in rows]
     counted: dict = {}
     outs = sample(model, tok, texts, n=1, max_new_tokens=cfg.max_new_tokens,
                   temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
                   batch_size=cfg.batch_size, progress=progress, engine=cfg.engine, cost=counted)
     samples = [o[0] for o in outs]
-    scorer = load_scorer(reward_model, batch_size=cfg.batch_size)
+    scorer = load_scorer(reward_model, batch_size=cfg.batch_size, compute=compute)
     rm, _ = scorer(texts, [s.response for s in samples])
     lengths = [s.n_tokens for s in samples]
     stds = [s.logprob_std for s in samples]

@@ -124,15 +124,19 @@ def checkpoint_steps(ppo_dir: str | Path, wanted: tuple[int, ...] = ()) -> list[
     return [(s, found[s]) for s in steps]
 
 
-def load_checkpoint_policy(sft_path: str | Path, folder: Path):
+def load_checkpoint_policy(sft_path: str | Path, folder: Path, compute=None):
     """A PPO checkpoint as a model: a save_pretrained folder, or the trainer's policy.pt state
-    dict loaded into the SFT architecture."""
+    dict loaded into the SFT architecture; in `compute`'s device and dtype (pipeline/compute.py;
+    None: float32 on the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rlhf.pipeline.compute import load_pretrained
+
     if (folder / "config.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-    model = AutoModelForCausalLM.from_pretrained(str(sft_path), dtype=torch.float32)
+        return load_pretrained(AutoModelForCausalLM, folder, compute, "checkpoint").eval()
+    model = load_pretrained(AutoModelForCausalLM, sft_path, compute, "policy")
+    # load_state_dict copies into the parameters: they keep `compute`'s dtype and device
     model.load_state_dict(torch.load(folder / "policy.pt", map_location="cpu"))
     return model.eval()
 
@@ -157,11 +161,15 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
         chunk = prompts[start:start + cfg.batch_size]
         enc = encode_prompts(tok, chunk, cfg.max_prompt_tokens)
+        if model.device.type != "cpu":  # params.yaml `compute`: the models' GPU
+            enc = {k: v.to(model.device) for k, v in enc.items()}
         torch.manual_seed(cfg.seed * 1_000_003 + b)
         with torch.no_grad():
             seq = engine.generate(model, tok, enc, settings).sequences
             rows = [cut_at_eos(r, eos, pad) for r in seq[:, enc["input_ids"].shape[1]:].tolist()]
             resp, resp_mask = pad_responses(rows, pad)                 # [B, T]
+            if model.device.type != "cpu":
+                resp, resp_mask = resp.to(model.device), resp_mask.to(model.device)
             q, qm = enc["input_ids"], enc["attention_mask"]
             kl = core.full_kl(response_logits(model, q, qm, resp, resp_mask, temperature),
                               response_logits(ref, q, qm, resp, resp_mask, temperature))
@@ -188,9 +196,11 @@ def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) ->
 # --------------------------------------------------------------------------- the stage
 def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
              strong_rm: str | Path, prompts: list[tuple[str, str]], temperature: float,
-             top_p: float, progress: bool = True, judge=None) -> tuple[list[dict], list[dict]]:
+             top_p: float, progress: bool = True, judge=None,
+             compute=None) -> tuple[list[dict], list[dict]]:
     """(curve rows, sample rows): every policy sampled on every prompt and scored; `judge` a
-    pipeline/judges.Judge (None: the world's gold judge)."""
+    pipeline/judges.Judge (None: the world's gold judge); `compute` the models' device and dtype
+    (pipeline/compute.py; None: the CPU, as before)."""
     import torch
     from rlhf.pipeline.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.policy import load_policy
@@ -198,9 +208,10 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
 
     judge = judge if judge is not None else WorldGoldJudge()
 
-    ref, tok = load_policy(sft_path)
+    ref, tok = load_policy(sft_path, compute)
     ref.requires_grad_(False)
-    scorers = {"light_rm": load_scorer(light_rm), "strong_rm": load_scorer(strong_rm)}
+    scorers = {"light_rm": load_scorer(light_rm, compute=compute),
+               "strong_rm": load_scorer(strong_rm, compute=compute)}
     policies = [(0, None)] + checkpoint_steps(ppo_dir, cfg.checkpoints)
     ids, texts = [p[0] for p in prompts], [p[1] for p in prompts]
     curves, samples, sft_gold = [], [], None
@@ -209,7 +220,7 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
     with bar(f"eval: sampling {len(policies)} policies", len(policies) * len(texts),
              "prompts") if progress else nullcontext(lambda k: None) as advance:
         for step, folder in policies:
-            model = ref if folder is None else load_checkpoint_policy(sft_path, folder)
+            model = ref if folder is None else load_checkpoint_policy(sft_path, folder, compute)
             outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
             responses = [o["response"] for o in outs]
             gold = score_all(judge, texts, responses)
@@ -395,9 +406,11 @@ def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path,
 
 def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: str | Path,
         strong_rm: str | Path, prompts_path: str | Path, out: str | Path,
-        temperature: float, top_p: float, progress: bool = True, judge=None) -> dict:
+        temperature: float, top_p: float, progress: bool = True, judge=None,
+        compute=None) -> dict:
     """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics);
-    `judge`: a pipeline/judges.Judge (None: the world's gold judge)."""
+    `judge`: a pipeline/judges.Judge (None: the world's gold judge); `compute`: the models'
+    device and dtype (pipeline/compute.py)."""
     from rlhf.pipeline.judges import WorldGoldJudge
     from rlhf.pipeline.policy import quiet_hf
     from rlhf.store.io import staged_folders
@@ -408,7 +421,7 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
     out = Path(out)
     prompts = load_eval_prompts(prompts_path, cfg.n_prompts, cfg.seed)
     curves, samples = evaluate(cfg, sft_path, ppo_dir, light_rm, strong_rm, prompts,
-                               temperature, top_p, progress, judge)
+                               temperature, top_p, progress, judge, compute)
     sampling = {"temperature": temperature, "top_p": top_p,
                 "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed}
     value = value_quality(ppo_dir, [c["step"] for c in curves if c["step"] > 0])

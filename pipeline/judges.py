@@ -80,9 +80,11 @@ class WorldGoldJudge(_PerPair):
 class RMJudge(_PerPair):
     """A sequence-classification RM: a reward-stage scorer folder (scorer.json: its
     baseline-relative reward), a `save_pretrained` folder or a hub name (its raw score). Texts
-    are rendered as the project's RMs read them (reward.scorer.encode_texts)."""
+    are rendered as the project's RMs read them (reward.scorer.encode_texts). `compute`: the
+    RM's device and dtype (pipeline/compute.py; None: float32 on the CPU)."""
 
-    def __init__(self, model: str | Path, name: str, batch_size: int = 64, max_length: int = 256):
+    def __init__(self, model: str | Path, name: str, batch_size: int = 64, max_length: int = 256,
+                 compute=None):
         from rlhf.pipeline.policy import quiet_hf
         from rlhf.pipeline.reward.scorer import SCORER_FILE, Scorer, load_rm, load_scorer
 
@@ -90,7 +92,7 @@ class RMJudge(_PerPair):
         self.name = name
         path = Path(model)
         if (path / SCORER_FILE).is_file():
-            self._scorer = load_scorer(path, batch_size=batch_size)
+            self._scorer = load_scorer(path, batch_size=batch_size, compute=compute)
         else:
             from rlhf.pipeline.policy import load_tokenizer
 
@@ -99,7 +101,7 @@ class RMJudge(_PerPair):
 
                 check_scorer(path, f"judge {name}", plain_allowed=True)
             try:
-                rm, tok = load_rm(model), load_tokenizer(model)
+                rm, tok = load_rm(model, compute), load_tokenizer(model)
             except OSError as exc:  # a hub name offline, or not a model
                 raise ValueError(f"judge {name}: cannot load {model}: {exc}") from None
             self._scorer = Scorer([rm], tok, [0.0], 1.0, "mean", max_length, batch_size)
@@ -113,9 +115,10 @@ class RMJudge(_PerPair):
         return [float(x) for x in rewards]
 
 
-def load_judge(cfg: JudgeConfig, model_path: str | Path | None = None) -> Judge:
+def load_judge(cfg: JudgeConfig, model_path: str | Path | None = None, compute=None) -> Judge:
     """The judge `cfg` names; `model_path` (the stage's --judge-model) is the RM folder of a
-    `heldout_rm` judge and overrides `judge.model` of an `rm` judge."""
+    `heldout_rm` judge and overrides `judge.model` of an `rm` judge; `compute` its RM's device
+    and dtype (pipeline/compute.py)."""
     if cfg.kind == "world_gold":
         return WorldGoldJudge()
     model = str(model_path) if model_path is not None else cfg.model
@@ -124,7 +127,7 @@ def load_judge(cfg: JudgeConfig, model_path: str | Path | None = None) -> Judge:
                          + ("--judge-model (the folder `rlhf judge` wrote)" if cfg.kind == "heldout_rm"
                             else "judge.model (a hub name or a local path)"))
     prefix = "heldout_gold_rm" if cfg.kind == "heldout_rm" else "rm"
-    return RMJudge(model, f"{prefix}:{model}", cfg.batch_size, cfg.max_length)
+    return RMJudge(model, f"{prefix}:{model}", cfg.batch_size, cfg.max_length, compute)
 
 
 def judge_from_params(params: str | Path, model_path: str | Path | None = None) -> Judge:
@@ -146,10 +149,11 @@ def score_all(judge, prompts: Sequence[str], responses: Sequence[str]) -> list[f
 
 
 def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str | Path,
-                        metrics_path: str | Path | None = None) -> dict:
+                        metrics_path: str | Path | None = None, compute=None) -> dict:
     """Train the gold RM on the `gold` split of the preferences table (labels no proxy RM sees)
     and save it as a plain sequence-classification folder; report its accuracy on the proxies'
-    held-out pairs (which it never trained on either)."""
+    held-out pairs (which it never trained on either). `compute`: its device, dtype and
+    gradient checkpointing (pipeline/compute.py; None: float32 on the CPU)."""
     import json
 
     import torch
@@ -170,7 +174,8 @@ def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str 
     init = resolve_backbone(cfg.backbone, "")
     tok = load_tokenizer(init)
     torch.manual_seed(cfg.seed)
-    model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, gold, cfg.train, seed=cfg.seed)
+    model, _ = train_rm(init_rm(init, seed=cfg.seed, compute=compute), tok, gold, cfg.train,
+                        seed=cfg.seed)
     out = Path(out)
     with staged_folders([out]) as staged:
         model.save_pretrained(staged[out])

@@ -98,16 +98,18 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
-def load_policy(path: str | Path):
-    """(model in eval mode on CPU, tokenizer) from a `save_pretrained` folder; a folder that is
-    missing, truncated or not a causal LM is a `ModelFolderError` naming it."""
-    import torch
+def load_policy(path: str | Path, compute=None):
+    """(model in eval mode, tokenizer) from a `save_pretrained` folder, in the device, dtype and
+    attention of `compute` (a resolved params.yaml `compute`, pipeline/compute.py; None: float32
+    on the CPU); a folder that is missing, truncated or not a causal LM is a `ModelFolderError`
+    naming it."""
     from transformers import AutoModelForCausalLM
 
+    from rlhf.pipeline.compute import load_pretrained
     from rlhf.pipeline.model_folders import check_policy
 
     path = check_policy(path)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model = load_pretrained(AutoModelForCausalLM, path, compute, "policy")
     model.eval()
     return model, load_tokenizer(path)
 
@@ -153,6 +155,8 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
                 chunk = list(prompts[start:start + per_batch])
                 enc = encode_prompts(tokenizer, chunk)
                 enc = {k: v.repeat_interleave(reps, 0) for k, v in enc.items()}
+                if model.device.type != "cpu":  # params.yaml `compute`: the model's GPU
+                    enc = {k: v.to(model.device) for k, v in enc.items()}
                 torch.manual_seed(seed * 1_000_003 + b)
                 with torch.no_grad():
                     made = gen_engine.generate(model, tokenizer, enc, settings,

@@ -47,13 +47,9 @@ class SftConfig:
     eval_prompts: int = 64  # held-out prompts the gold judge scores the SFT policy on
     eval_max_new_tokens: int = 48
     eval_temperature: float = 0.7
-    attn_implementation: str = "sdpa"  # attention while training (the saved model loads with the
-    # library default): the embedded default's tiny Llama trains faster with "eager"
     seed: int = 0
 
     def __post_init__(self):
-        if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
-            raise ValueError("attn_implementation must be 'sdpa', 'eager' or 'flash_attention_2'")
         if not 0.0 <= self.heldout_fraction < 1.0:
             raise ValueError("heldout_fraction must be in [0, 1)")
         if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
@@ -112,15 +108,20 @@ def _to_dataset(rows, tok):
 
 
 def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
-                model_config_path: str | Path | None):
-    """(model, tokenizer): from scratch for the embedded default, else from `base_model`."""
+                model_config_path: str | Path | None, compute=None):
+    """(model, tokenizer): from scratch for the embedded default, else from `base_model`; its
+    weights in `compute`'s dtype (pipeline/compute.py; None: float32)."""
     import torch
+    from rlhf.pipeline.compute import model_kwargs, note_cast
     from rlhf.pipeline.policy import load_tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    dtype = model_kwargs(compute)["dtype"]
     if cfg.base_model:
         tok = load_tokenizer(cfg.base_model)
-        model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=torch.float32)
+        if compute is not None and Path(cfg.base_model).is_dir():
+            note_cast(cfg.base_model, compute, "sft.base_model")
+        model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=dtype)
         return model, tok
     if tokenizer_path is None or model_config_path is None:
         raise ValueError("the embedded default needs --tokenizer and --model-config")
@@ -129,7 +130,7 @@ def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
     if config.vocab_size < len(tok):
         raise ValueError(f"model_config vocab_size {config.vocab_size} < tokenizer size {len(tok)}")
     torch.manual_seed(cfg.seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model, tok
 
 
@@ -165,15 +166,18 @@ def checkpoints_dir(out_dir: str | Path) -> Path:
     return out_dir.parent / f".{out_dir.name}.checkpoints"
 
 
-def _fingerprint(cfg: SftConfig, demos: list[dict], tokenizer_path, model_config_path) -> str:
+def _fingerprint(cfg: SftConfig, demos: list[dict], tokenizer_path, model_config_path,
+                 compute) -> str:
+    import dataclasses
     import hashlib
 
     from rlhf.pipeline.config import effective
 
     h = hashlib.sha256(json.dumps(demos, sort_keys=True, ensure_ascii=False).encode())
     return json.dumps({"params": effective(cfg), "demonstrations_sha256": h.hexdigest(),
-                       "tokenizer": str(tokenizer_path), "model_config": str(model_config_path)},
-                      sort_keys=True)
+                       "tokenizer": str(tokenizer_path), "model_config": str(model_config_path),
+                       "compute": {k: v for k, v in dataclasses.asdict(compute).items()
+                                   if k != "why"}}, sort_keys=True)
 
 
 def last_checkpoint(folder: Path, fingerprint: str) -> str | None:
@@ -225,26 +229,35 @@ def _TrackStep(trainer, trackers):
 
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
-              model_config_path: str | Path | None = None, trackers=None) -> dict[str, Any]:
+              model_config_path: str | Path | None = None, trackers=None,
+              compute=None) -> dict[str, Any]:
     """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics.
+    `compute` (pipeline/compute.py; None: what `auto` gives here): the device, the weights'
+    dtype (recorded in the saved config.json's `dtype`), the attention while training (the
+    saved model loads with the library's default) and gradient checkpointing.
 
     A checkpoint is saved after every epoch into `checkpoints_dir(out_dir)`; a rerun after a kill
     resumes from the last complete one made from the same inputs (config, demonstrations,
     tokenizer, model shape), else starts over. The folder is removed once the policy is saved.
     `trackers` (tracking.Trackers) get every step's loss and learning rate."""
     import torch
+    from rlhf.pipeline.compute import resolve
     from rlhf.pipeline.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
     from trl import SFTConfig
 
+    compute = compute or resolve(stage="sft")
     quiet_hf()
     set_seed(cfg.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     train_rows, held_rows = split_demonstrations(demos, cfg.heldout_fraction)
     if not train_rows:
         raise ValueError("no training demonstrations left after the held-out split")
-    model, tok = build_model(cfg, tokenizer_path, model_config_path)
-    model.set_attn_implementation(cfg.attn_implementation)  # not saved: loading picks its own
+    model, tok = build_model(cfg, tokenizer_path, model_config_path, compute)
+    if compute.attn_implementation is not None:  # not saved: loading picks its own
+        model.set_attn_implementation(compute.attn_implementation)
+    if not compute.on_cpu:  # the Trainer places the model on the current GPU
+        torch.cuda.set_device(compute.torch_device)
     peft_config = None
     if cfg.lora:
         try:
@@ -254,15 +267,19 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, task_type="CAUSAL_LM",
                                  target_modules="all-linear")
     ckpt = checkpoints_dir(out_dir)
-    resume = last_checkpoint(ckpt, _fingerprint(cfg, demos, tokenizer_path, model_config_path))
+    resume = last_checkpoint(ckpt, _fingerprint(cfg, demos, tokenizer_path, model_config_path,
+                                                compute))
     args = SFTConfig(
         output_dir=str(ckpt), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
         lr_scheduler_type="cosine", max_length=cfg.max_length, completion_only_loss=True,
         train_sampling_strategy="group_by_length",
-        seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=True, bf16=False,
-        fp16=False, activation_checkpointing=False, save_strategy="epoch", save_total_limit=1,
+        seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=compute.on_cpu,
+        bf16=compute.dtype == "bfloat16", fp16=False,
+        # transformers 5's name of gradient checkpointing (TRL's SFTConfig turns it on unless told)
+        activation_checkpointing=compute.gradient_checkpointing, save_strategy="epoch",
+        save_total_limit=1,
         eval_strategy="no",
         logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0, push_to_hub=False,
     )
@@ -325,11 +342,13 @@ def default_judge() -> Callable[[str, str], float]:
 
 def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
         tokenizer_path: str | Path | None = None, model_config_path: str | Path | None = None,
-        judge: Callable[[str, str], float] | None = None, tracking=None) -> dict[str, Any]:
+        judge: Callable[[str, str], float] | None = None, tracking=None,
+        compute=None) -> dict[str, Any]:
     """The `sft` stage: train, save, judge held-out prompts; returns the report (with `params`,
     the values of the section it ran with). `tracking` (params.yaml `tracking`; None: no
     tracker): the trackers that get each step's loss and, at the last step, the report's
-    figures; their files go to `tracking.logs_dir(out_dir, "sft")`."""
+    figures; their files go to `tracking.logs_dir(out_dir, "sft")`. `compute`: where and in
+    what dtype it trains and samples (pipeline/compute.py; None: what `auto` gives here)."""
     from rlhf.pipeline import tracking as tr
     from rlhf.pipeline.config import effective
 
@@ -338,7 +357,7 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
                         tr.logs_dir(out_dir, "sft"), {"sft": effective(cfg)})
     try:
         metrics = _judged(cfg, demos, out_dir, tokenizer_path, model_config_path, judge,
-                          trackers)
+                          trackers, compute)
         trackers.log({f"sft/{k}": v for k, v in metrics.items()}, trackers.last_step)
     finally:
         trackers.finish()
@@ -346,15 +365,19 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
 
 
 def _judged(cfg: SftConfig, demos: list[dict], out_dir, tokenizer_path, model_config_path,
-            judge, trackers) -> dict[str, Any]:
+            judge, trackers, compute=None) -> dict[str, Any]:
     """Train and save the policy, then judge its samples of the held-out prompts."""
+    from rlhf.pipeline.compute import resolve
     from rlhf.pipeline.config import effective
+
+    compute = compute or resolve(stage="sft")
     from rlhf.pipeline.policy import load_policy
 
-    metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path, trackers)
+    metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path, trackers,
+                        compute)
     _, held = split_demonstrations(demos, cfg.heldout_fraction)
     prompts = sorted({clean(r["prompt"]) for r in held})[: cfg.eval_prompts]
-    model, tok = load_policy(out_dir)
+    model, tok = load_policy(out_dir, compute)
     judge = judge or default_judge()
     metrics["judge"] = getattr(judge, "name", "world_gold")
     metrics["params"] = effective(cfg)

@@ -115,7 +115,6 @@ PARAMS = {
     "critic_heads": 4, "critic_max_tokens": 16, "checkpoint_every": 2, "csv_every": 2,
     "lambda_eps_table_on": True, "adaptive_clip_on": True, "kl_warmup_on": True,
     "kl_warmup_steps": 3, "collapse_detector_on": True, "gradnorm_reference_steps": 2,
-    "attn_implementation": "eager",
     # the wall-clock fallback off in practice: runs that tests compare step for step must not
     # depend on the machine's load (two pytest workers and a torchrun share 2 cores); the tests
     # of the fallback set their own timeout
@@ -126,4 +125,4 @@ PARAMS = {
 def write_params(path: Path, **overrides) -> Path:
     from params_file import write_params as write
 
-    return write(path, ppo={**PARAMS, **overrides})
+    return write(path, ppo={**PARAMS, **overrides}, compute={"attn_implementation": "eager"})

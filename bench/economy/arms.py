@@ -163,8 +163,7 @@ EVAL_POINTS = 6  # checkpoints per run besides SFT
 QUICK_PPO = {"batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 16,
              "max_prompt_tokens": 16, "learning_rate": 1e-3, "critic_learning_rate": 1e-3,
              "critic_hidden_size": 32, "critic_layers": 0, "critic_heads": 4,
-             "critic_max_tokens": 16, "kl_warmup_steps": 3, "gradnorm_reference_steps": 2,
-             "attn_implementation": "eager"}
+             "critic_max_tokens": 16, "kl_warmup_steps": 3, "gradnorm_reference_steps": 2}
 QUICK_STEPS = 8
 QUICK_POINTS = 4
 

@@ -71,7 +71,6 @@ class PPOCore:
     checkpoint_every: int = 10
     csv_every: int = 10  # seed 000 §4.4: one CSV line every 10 steps
     debug_rollouts: bool = False  # seed 001 §5.2: full text only in debug rollout mode
-    attn_implementation: Literal["auto", "eager", "sdpa", "flash_attention_2"] = "auto"
     # held-out gold evaluation of the SFT and the PPO policy after training (`rlhf ppo
     # --heldout-store`, pipeline/ppo/heldout_gold.py): both sampled as PPO samples (temperature,
     # top_p, max_new_tokens above), the same as the eval stage and bench/economy/
@@ -251,17 +250,6 @@ def features_on(cfg) -> dict[str, object]:
     from rlhf.pipeline.ppo.features.registry import plain_values
 
     return {k: getattr(cfg, k) for k, v in plain_values().items() if getattr(cfg, k) != v}
-
-
-def attn_implementation(requested: str = "auto") -> str:
-    """flash_attention_2 when flash_attn imports (GPU runs), else PyTorch SDPA."""
-    if requested != "auto":
-        return requested
-    try:
-        import flash_attn  # noqa: F401
-    except Exception:  # ImportError, or a broken CUDA build
-        return "sdpa"
-    return "flash_attention_2"
 
 
 def check_gradient_accumulation(steps: int, world_size: int) -> None:

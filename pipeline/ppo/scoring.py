@@ -67,11 +67,18 @@ class HFScorer:
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
 
     @classmethod
-    def load(cls, path: str) -> HFScorer:
+    def load(cls, path: str, compute=None) -> HFScorer:
+        """The RM at `path`, in `compute`'s device and dtype (None: as the folder saved it, on
+        the CPU)."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)
-        return cls(AutoModelForSequenceClassification.from_pretrained(path), tok)
+        if compute is None:
+            return cls(AutoModelForSequenceClassification.from_pretrained(path), tok)
+        from rlhf.pipeline.compute import load_pretrained
+
+        return cls(load_pretrained(AutoModelForSequenceClassification, path, compute,
+                                   "reward model"), tok)
 
     def _encode(self, prompts: list[str], responses: list[str]):
         """Right-padded encodings of the texts the RM scores (`text.render_sample`)."""
@@ -84,6 +91,8 @@ class HFScorer:
     @torch.no_grad()
     def score(self, prompts: list[str], responses: list[str]):
         enc = self._encode(prompts, responses)
+        if self.model.device.type != "cpu":  # params.yaml `compute`: the RM's GPU
+            enc = enc.to(self.model.device)
         logits = self.model(**enc).logits[:, 0].float()
         return logits, torch.ones_like(logits)
 
@@ -232,12 +241,13 @@ class RewardStageScorer:
                 for p, per in self._member.token_scores(prompts, responses, n_tokens)]
 
 
-def load_scorer(path: str | Path, name: str = "light_rm"):
+def load_scorer(path: str | Path, name: str = "light_rm", compute=None):
     """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
     `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint; named
     `name` and versioned by the folder's content hash (the `rm_scores` table records both).
     `path` may also be a reward function (`python:file.py:function`) or a reward server
-    (`http://host:port/path`), versioned by its spec (code_rewards.py)."""
+    (`http://host:port/path`), versioned by its spec (code_rewards.py). `compute`: an RM
+    folder's device and dtype (pipeline/compute.py; None: as before, the CPU)."""
     from rlhf.pipeline.ppo import code_rewards
     from rlhf.store.hashing import tree_hash
 
@@ -249,9 +259,9 @@ def load_scorer(path: str | Path, name: str = "light_rm"):
     if (path / "scorer.json").is_file():
         from rlhf.pipeline.reward import load_scorer as reward_loader
 
-        scorer = RewardStageScorer(reward_loader(path))
+        scorer = RewardStageScorer(reward_loader(path, compute=compute))
     elif (path / "config.json").is_file():
-        scorer = HFScorer.load(str(path))
+        scorer = HFScorer.load(str(path), compute)
     else:
         raise FileNotFoundError(f"{path} is not a reward model folder (no scorer.json, no "
                                 "config.json)")

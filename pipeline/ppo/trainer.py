@@ -47,7 +47,7 @@ from rlhf.pipeline.decode import LogprobGuard
 from rlhf.pipeline.ppo import checkpoint, sharding, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.advantages import estimator
-from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
+from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.critic import build_critic
 from rlhf.pipeline.ppo.diagnostics import GradNormMonitor, RewardCollapseDetector
 from rlhf.pipeline.ppo.dist import Dist
@@ -376,7 +376,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         rm_scores: str | Path | None = None, train_metrics: str | Path | None = None,
         deepspeed_config: str | Path | None = None, inputs: dict | None = None,
         tables: dict | None = None, params: str | Path | None = None, probe=None,
-        tracking=None) -> dict:
+        tracking=None, compute=None) -> dict:
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     `reward_path`: an RM folder, or a reward function or server spec (`python:file.py:function`,
@@ -389,7 +389,11 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     embeddings, routes, score_map; `params` the params file the annotator pool comes from);
     `tables`: {table: folder} of the feature tables (features' `Table`s). `probe`: a
     post-scoring hook run after the config's (bench/economy/sample.py's measurement).
-    `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only)."""
+    `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only).
+    `compute`: the resolved params.yaml `compute` (compute.Compute; None: what `auto` gives
+    here): the policy's and the reference's dtype and attention, the device, and gradient
+    checkpointing of the policy."""
+    from rlhf.pipeline.compute import Compute, resolve
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
@@ -404,10 +408,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))
-    attn = attn_implementation(cfg.attn_implementation)
-    policy = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
-    ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
-    scorer = load_scorer(reward_path, name="light_rm")
+    compute: Compute = compute or resolve(stage="ppo")
+    # the accelerator places the models (engines.py): loaded here in their dtype on the CPU
+    policy, ref = (_load_policy(AutoModelForCausalLM, policy_path, compute, what)
+                   for what in ("policy", "reference"))
+    if compute.gradient_checkpointing:
+        policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
+    scorer = load_scorer(reward_path, name="light_rm", compute=compute)
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:
@@ -429,10 +436,35 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                          prompts_path=prompts_path, params=Path(params) if params else None)
     hooks = build_hooks(cfg, ctx, extra=[probe] if probe is not None else None)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
-                         policy_path=str(policy_path), progress=progress, sampler=sampler,
+                         policy_path=str(policy_path), accelerator=_accelerator(compute),
+                         progress=progress, sampler=sampler,
                          strong_scorer=ctx.optional("strong_reward"),
                          deepspeed_config=deepspeed_config, hooks=hooks, tracking=tracking)
     if trainer.rank == 0:
         paths.out.mkdir(parents=True, exist_ok=True)
         paths.declare_tables(cfg)
     return trainer.train(resume=resume)
+
+
+def _load_policy(cls, path, compute, what: str):
+    """The policy (or reference) at `path` in `compute`'s dtype and attention, on the CPU."""
+    from rlhf.pipeline.compute import note_cast
+
+    note_cast(path, compute, what)
+    kw = compute.load_kwargs()
+    # before params.yaml `compute`, PPO loaded in the folder's own dtype (float32 here) with
+    # SDPA named: the same model, so a CPU run's bytes stay as they were
+    kw.setdefault("attn_implementation", "sdpa")
+    return cls.from_pretrained(str(path), **kw)
+
+
+def _accelerator(compute):
+    """The run's accelerator on `compute`'s device (cuda:N: that GPU; a launcher's own placement
+    under torchrun / accelerate launch)."""
+    import os
+
+    from accelerate import Accelerator
+
+    if not compute.on_cpu and "LOCAL_RANK" not in os.environ:  # a launcher places its ranks
+        torch.cuda.set_device(compute.torch_device)
+    return Accelerator(cpu=compute.on_cpu)

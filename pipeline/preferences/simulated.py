@@ -91,8 +91,10 @@ def annotate(prompts: Sequence[tuple[str, str]], responses: Sequence[Sequence[st
 
 def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
-        realdata: str | Path | None = None, world: tuple[Callable, Callable] | None = None, progress=None) -> dict[str, Any]:
-    """The `preferences` stage: sample, annotate, read external rankings, write the table."""
+        realdata: str | Path | None = None, world: tuple[Callable, Callable] | None = None,
+        progress=None, compute=None) -> dict[str, Any]:
+    """The `preferences` stage: sample, annotate, read external rankings, write the table.
+    `compute`: the policy's device and dtype (pipeline/compute.py; None: float32 on the CPU)."""
     from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.store.io import staged_folders, write_shard
 
@@ -110,7 +112,7 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
     if not prompts:
         raise ValueError("no prompts to sample responses for")
     pool_cls, judge = world or default_world()
-    model, tok = load_policy(policy_dir)
+    model, tok = load_policy(policy_dir, compute)
     counted: dict = {}
     samples = sample(model, tok, [t for _, t in prompts], n=cfg.k, max_new_tokens=cfg.max_new_tokens,
                      temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,

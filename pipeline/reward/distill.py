@@ -43,11 +43,15 @@ class LightConfig:
             raise ValueError("num_layers, epochs and groups_per_batch must be >= 1")
 
 
-def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: str | None = None):
+def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: str | None = None,
+                compute=None):
     """A light sequence classifier: a truncated copy of the SFT policy (or of the strong RM's
-    member `strong_member`, init "strong"), or a small fresh one."""
+    member `strong_member`, init "strong"), or a small fresh one; in `compute`'s device, dtype
+    and attention (pipeline/compute.py; None: float32 on the CPU)."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from rlhf.pipeline.compute import for_training, model_kwargs
 
     torch.manual_seed(seed)
     if cfg.init == "strong":
@@ -64,8 +68,8 @@ def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: s
 
         with suppress_seqcls_warning():
             # layers past num_hidden_layers are simply not loaded
-            return AutoModelForSequenceClassification.from_pretrained(
-                sft_path, config=config, dtype=torch.float32)
+            return for_training(AutoModelForSequenceClassification.from_pretrained(
+                sft_path, config=config, **model_kwargs(compute)), compute)
     config.num_hidden_layers = cfg.num_layers
     config.hidden_size = cfg.hidden_size
     config.intermediate_size = cfg.intermediate_size
@@ -74,7 +78,8 @@ def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: s
     config.head_dim = cfg.hidden_size // cfg.num_heads
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:1] * cfg.num_layers
-    return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+    return for_training(AutoModelForSequenceClassification.from_config(
+        config, **model_kwargs(compute)), compute)
 
 
 def distill_loss(student, teacher, groups: Sequence[Sequence[int]], listwise_weight: float = 1.0,

@@ -51,14 +51,15 @@ def folder_digest(path: str | Path) -> str:
 
 def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
                     train: Callable[[], tuple[Any, dict]], log: Callable[[str], None],
-                    what: str) -> tuple[Any, dict, bool]:
+                    what: str, compute=None) -> tuple[Any, dict, bool]:
     """(model, extra, loaded): the model kept as `checkpoints/name` when complete and trained
     from `inputs` (a fingerprint), else `train()` -> (model, extra), saved there and reloaded.
 
     Either way the model returned is the one loaded from disk, so a run that trained it and a
     rerun that loads it score with the same weights and kernels (a freshly trained model's
     attention can differ from a loaded one's in the last bits). Without `checkpoints` the
-    trained model is returned as it is."""
+    trained model is returned as it is. `compute`: the device and dtype it is loaded in
+    (pipeline/compute.py; None: float32 on the CPU)."""
     from rlhf.pipeline.reward.scorer import load_rm
 
     if checkpoints is None:
@@ -70,11 +71,11 @@ def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
         log(f"{what}: trained before the last run was stopped, loaded from {kept}")
         extra_file = kept / "extra.json"
         extra = json.loads(extra_file.read_text()) if extra_file.is_file() else {}
-        return load_rm(kept), extra, True
+        return load_rm(kept, compute), extra, True
     model, extra = train()
     shutil.rmtree(kept, ignore_errors=True)
     model.save_pretrained(kept)
     if extra:
         (kept / "extra.json").write_text(json.dumps(extra, sort_keys=True))
     mark.write_text(inputs)  # last: a folder without it is incomplete
-    return load_rm(kept), extra, False
+    return load_rm(kept, compute), extra, False

@@ -152,9 +152,12 @@ def forward_scores(model, ids: Sequence[Sequence[int]], pad: int, chunk: int = 1
 
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     parts, where = [], []
+    device = model.device  # params.yaml `compute`: the RM's GPU, else the CPU as before
     for start in range(0, len(order), chunk):
         idx = order[start:start + chunk]
         x, mask = pad_rows([ids[i] for i in idx], pad)
+        if device.type != "cpu":
+            x, mask = x.to(device), mask.to(device)
         parts.append(model(input_ids=x, attention_mask=mask).logits[:, 0].float())
         where += idx
         if progress is not None:
@@ -176,7 +179,8 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
     if precision == "bf16":
         fp32_head(model)
     with torch.no_grad(), autocast(precision):
-        return forward_scores(model, ids, tokenizer.pad_token_id, batch_size, progress)
+        scores = forward_scores(model, ids, tokenizer.pad_token_id, batch_size, progress)
+    return scores if scores.device.type == "cpu" else scores.cpu()
 
 
 class Scorer:
@@ -268,26 +272,29 @@ def save_scorer(path: str | Path, members: Sequence[str], references: Sequence[f
     return path / SCORER_FILE
 
 
-def load_rm(path: str | Path):
-    """A sequence-classification RM checkpoint, in eval mode, float32."""
-    import torch
+def load_rm(path: str | Path, compute=None):
+    """A sequence-classification RM checkpoint, in eval mode, in `compute`'s device, dtype and
+    attention (pipeline/compute.py; None: float32 on the CPU)."""
     from transformers import AutoModelForSequenceClassification
 
-    model = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch.float32)
+    from rlhf.pipeline.compute import load_pretrained
+
+    model = load_pretrained(AutoModelForSequenceClassification, path, compute, "reward model")
     model.eval()
     return model
 
 
 def load_scorer(path: str | Path, aggregation: str | None = None,
-                batch_size: int = 64) -> Scorer:
-    """The scorer saved in folder `path` (see the module docstring)."""
+                batch_size: int = 64, compute=None) -> Scorer:
+    """The scorer saved in folder `path` (see the module docstring); its members loaded in
+    `compute` (`load_rm`)."""
     from rlhf.pipeline.policy import load_tokenizer
 
     from rlhf.pipeline.model_folders import check_scorer
 
     path = check_scorer(path)  # missing, truncated or wrong kind: a ModelFolderError naming it
     meta = json.loads((path / SCORER_FILE).read_text())
-    models = [load_rm(path / m) for m in meta["members"]]
+    models = [load_rm(path / m, compute) for m in meta["members"]]
     tokenizer = load_tokenizer(path / meta["members"][0])
     return Scorer(models, tokenizer, meta["references"], meta["temperature"],
                   aggregation or meta["aggregation"], meta["max_length"], batch_size,

@@ -330,7 +330,7 @@ def save_tokenizer(tok, folder: Path) -> None:
 
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
                  log, precision: str = "fp32", checkpoints: Path | None = None,
-                 trackers=None) -> tuple[list, list[str]]:
+                 trackers=None, compute=None) -> tuple[list, list[str]]:
     """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
     With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
     found there complete and trained from the same inputs is loaded, not retrained."""
@@ -351,14 +351,15 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
             log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
             data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
                     if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
-            model, history = train_rm(init_rm(init, seed=cfg.seed + i), tok, data, cfg.train,
+            model, history = train_rm(init_rm(init, seed=cfg.seed + i, compute=compute), tok,
+                                      data, cfg.train,
                                       seed=cfg.seed + i, precision=precision)
             if trackers is not None:
                 trackers.log_history(f"reward/member_{i}", history)
             return model, {}
 
         model, _, _ = kept_or_trained(checkpoints, name, fingerprint([members_fp, name]), train,
-                                      log, f"strong RM member {i + 1}/{cfg.n_ensemble}")
+                                      log, f"strong RM member {i + 1}/{cfg.n_ensemble}", compute)
         model.save_pretrained(folder / name)
         save_tokenizer(tok, folder / name)
         members.append(model)
@@ -426,7 +427,7 @@ def _references(data: TrainingData) -> tuple[list[str], list[str]]:
 def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, policy, ptok,
                   rollout_prompts: Sequence[str], data: TrainingData, sft_dir, demos_path,
                   ppo_sampling, folder: Path, out_strong: Path, log,
-                  checkpoints: Path | None = None, trackers=None):
+                  checkpoints: Path | None = None, trackers=None, compute=None):
     """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
     on them, its reference and temperature; saved to `folder`. Returns (light scorer, report).
     With `checkpoints`, the distilled model is kept there (reward/keep.py) and a rerun after a
@@ -447,7 +448,8 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
 
     def train():
         log(f"distilling the light RM on {len(ids)} strong-RM labels")
-        model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member)),
+        model, hist = distill(build_light(cfg.light, str(sft_dir), cfg.seed, str(strong_member),
+                                          compute),
                               light_tok, ids, targets, groups, cfg.light, seed=cfg.seed,
                               precision=strong.precision)
         if trackers is not None:
@@ -461,7 +463,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
                           "targets": [float(t) for t in targets]})
     t0 = time.perf_counter()
     light_model, trained, _ = kept_or_trained(checkpoints, "light", inputs, train, log,
-                                              "light RM")
+                                              "light RM", compute)
     seconds = round(time.perf_counter() - t0, 1)
     ref_prompts, ref_resps = _references(data)
     light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
@@ -505,13 +507,15 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         pool_dir: str | Path | None = None, demos_path: str | Path | None = None,
         judge: Callable[[str, str], float] | None = None,
         log: Callable[[str], None] = lambda msg: None, ppo_sampling=None,
-        tracking=None) -> dict[str, Any]:
+        tracking=None, compute=None) -> dict[str, Any]:
     """Train, calibrate, distil and report, step by step (the functions above, in order); the
     report's `phase_seconds` times each. `ppo_sampling` (generation.Sampling): how PPO will
     sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
     None: this section's temperature, top-p 1. `tracking` (params.yaml `tracking`; None: no
     tracker): the trackers that get each member's and the light RM's training losses, then the
-    report's figures (files in `tracking.logs_dir(out_strong, "reward")`)."""
+    report's figures (files in `tracking.logs_dir(out_strong, "reward")`). `compute`: where and
+    in what dtype the RMs train and score and the SFT policy samples (pipeline/compute.py; None:
+    float32 on the CPU)."""
     from rlhf.pipeline import tracking as tr
     import torch
     from rlhf.pipeline.config import effective
@@ -546,18 +550,18 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         strong_dir, light_dir = staged[out_strong], staged[out_light]
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
                               strong_dir, log, precision, member_checkpoints(out_strong),
-                              trackers)
+                              trackers, compute)
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
                               data, strong_dir, precision)
         metrics.update(report)
-        policy, ptok = load_policy(sft_dir)
+        policy, ptok = load_policy(sft_dir, compute)
         exclude = {r["prompt_id"] for r in data.ann_rows}
         rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
         light, report = step("light_distillation", distill_light, cfg, strong,
                              strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
                              data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
-                             member_checkpoints(out_strong), trackers)
+                             member_checkpoints(out_strong), trackers, compute)
         metrics.update(report)
         metrics.update(step("fresh_figures", fresh_figures, cfg, strong, light, policy, ptok,
                             eval_prompts, demos_path, judge, log))

@@ -48,23 +48,30 @@ def resolve_backbone(backbone: str, sft_dir: str | Path) -> str:
     return resolve_model(backbone)[0]
 
 
-def init_rm(init: str | None = None, config=None, seed: int = 0):
+def init_rm(init: str | None = None, config=None, seed: int = 0, compute=None):
     """A one-output sequence classifier: from a checkpoint (`init`: path or hub name; a causal-LM
-    checkpoint gets a fresh score head) or from a model `config` (random weights)."""
+    checkpoint gets a fresh score head) or from a model `config` (random weights); in
+    `compute`'s device, dtype and attention, with its gradient checkpointing
+    (pipeline/compute.py; None: float32 on the CPU)."""
     import torch
     from transformers import AutoModelForSequenceClassification
+
+    from rlhf.pipeline.compute import for_training, model_kwargs, note_cast
 
     torch.manual_seed(seed)
     if init:
         from trl.trainer.reward_trainer import suppress_seqcls_warning
 
+        if compute is not None:
+            note_cast(init, compute, "reward model backbone")
         with suppress_seqcls_warning():
-            return AutoModelForSequenceClassification.from_pretrained(
-                str(init), num_labels=1, dtype=torch.float32)
+            return for_training(AutoModelForSequenceClassification.from_pretrained(
+                str(init), num_labels=1, **model_kwargs(compute)), compute)
     if config is None:
         raise ValueError("init_rm needs a checkpoint or a config")
     config.num_labels = 1
-    return AutoModelForSequenceClassification.from_config(config, dtype=torch.float32)
+    return for_training(AutoModelForSequenceClassification.from_config(
+        config, **model_kwargs(compute)), compute)
 
 
 def pairwise_loss(model, tokenizer, pairs: Sequence[dict[str, str]], max_length: int,
