@@ -80,12 +80,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     from rlhf.pipeline import model_folders as mf
     from rlhf.pipeline.ppo import code_rewards
 
-    try:  # a reward that is code or a server, with a feature that reads an RM's insides
-        code_rewards.check_features(cfg, reward)
-        if code_rewards.kind(reward) == "python":  # a typo fails now, not after the models load
-            code_rewards.load_function(reward)
-    except ValueError as exc:
-        fail(str(exc))
+    _check_reward(cfg, reward)
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
         mf.check_policy(policy, "--policy")
         if code_rewards.kind(reward) == "folder":
@@ -151,3 +146,16 @@ def _with_feature_options(func):
 
 
 ppo = _with_feature_options(ppo)
+
+
+def _check_reward(cfg, reward: str) -> None:
+    """A reward that is code or a server, with a feature that reads an RM's insides, or a
+    function that does not load: one error line now, not after the models load."""
+    from rlhf.pipeline.ppo import code_rewards
+
+    try:
+        code_rewards.check_features(cfg, reward)
+        if code_rewards.kind(reward) == "python":
+            code_rewards.load_function(reward)
+    except ValueError as exc:
+        fail(str(exc))
