@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from rlhf.pipeline import ranges
 from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.lora import LoraConfig
 
 
 class PPOCore:
@@ -87,6 +88,9 @@ class PPOCore:
     # PPO step (ppo_epochs x batch_size / mini_batch_size); with zero3 a multiple of the number
     # of processes (seed 000 §5.5)
     gradient_accumulation_steps: int = 1
+    # LoRA (pipeline/ppo/lora.py): the policy trains as peft adapters, the reference is its base
+    # with them switched off (no second copy), the critic per `critic` (docs/ppo.md)
+    lora: LoraConfig = LoraConfig()
     # the keys of a feature registered after PPOConfig was built (a test's): (key, value) pairs
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -139,6 +143,9 @@ class PPOCore:
             if (msg := ranges.check("ppo", name, getattr(self, name), spec)):
                 raise ConfigError(msg)
         self._check_batches()
+        if self.lora.enabled and self.sharding != "none":
+            raise ConfigError("ppo.lora with ppo.sharding zero3 is not supported: use sharding "
+                              "none (one process or data parallel)")
         from rlhf.pipeline.ppo.features.registry import ordered
 
         for feature in ordered():

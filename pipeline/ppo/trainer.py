@@ -44,7 +44,7 @@ import pyarrow as pa
 import torch
 
 from rlhf.pipeline.decode import LogprobGuard
-from rlhf.pipeline.ppo import checkpoint, engines, wallclock
+from rlhf.pipeline.ppo import checkpoint, engines, lora, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.config import PPOConfig, attn_implementation
@@ -156,12 +156,16 @@ class PPOTrainer:
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         vocab = max(len(tokenizer), policy.config.vocab_size)
         torch.manual_seed(cfg.seed)  # critic init; every rank starts from the same weights
+        if cfg.lora.enabled:  # adapters on the policy; the reference is its base with them off
+            policy, ref_policy = lora.wrap_policy(policy, cfg.lora, policy_path)
         critic = None  # a group estimator (advantages.py) never runs one: none is built
         if estimator(cfg.advantage_estimator).needs_critic:
-            critic = build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
-                                  cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
-                                  policy_source=policy_path if cfg.critic == "full" else None,
-                                  policy_config=policy.config)
+            critic = lora.build_critic(cfg, vocab, self.pad_id, policy, policy_path) \
+                if cfg.lora.enabled else \
+                build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
+                             cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
+                             policy_source=policy_path if cfg.critic == "full" else None,
+                             policy_config=policy.config)
             if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real token
                 critic.pad_id = None
         # one engine each for policy and critic, the reference an inference one (engines.py)
@@ -345,7 +349,10 @@ class PPOTrainer:
                           .numpy().tobytes())
         (self.paths.out / f"weights-rank{self.rank}.sha256").write_text(digest.hexdigest())
         if self.acc.is_main_process:
-            policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
+            if self.cfg.lora.enabled:  # the adapters, which `rlhf export --merge` merges
+                lora.save_adapter(policy, self.paths.out / "policy")
+            else:
+                policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
             if critic_weights is not None:
                 torch.save(critic_weights, self.paths.out / "critic.pt")
@@ -425,7 +432,9 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))
     attn = attn_implementation(cfg.attn_implementation)
     policy = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
-    ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
+    ref = None  # ppo.lora: the reference is the policy's base with its adapters off
+    if not cfg.lora.enabled:
+        ref = AutoModelForCausalLM.from_pretrained(str(policy_path), attn_implementation=attn)
     scorer = load_scorer(reward_path, name="light_rm")
     prompts = load_prompts(prompts_path)
     sampler = None
