@@ -148,7 +148,8 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
     with torch.no_grad():
         want = adapted(input_ids=ids).logits
     for src, dest in ((out_b, tmp_path / "merged"), (ckpt, tmp_path / "merged_step2")):
-        res = CliRunner().invoke(app, ["export", str(src), str(dest), "--merge"])
+        res = CliRunner().invoke(app, ["export", str(src), str(dest), "--merge", "--lock",
+                                       str(tmp_path / "none.lock")])
         assert res.exit_code == 0, res.output
         assert not (dest / "adapter_config.json").exists()
         model = AutoModelForCausalLM.from_pretrained(str(dest))
