@@ -18,7 +18,10 @@ half response) with gradient, the reference's without, the clipped PPO loss plus
 critic's values and loss, one backward and one AdamW step of each optimiser (the trainer's).
 Memory, two ways: (1) the tensors, counted (distinct storages, so the shared base once): weights,
 gradients and AdamW state after the step; (2) measured: the process's peak resident set (Linux
-ru_maxrss, CPU) less its resident set after imports, or torch.cuda.max_memory_allocated on a GPU.
+ru_maxrss, CPU; `peak_rss_over_imports_gb` less the peak before the models were built, torch and
+the pipeline's PPO modules imported), or torch.cuda.max_memory_allocated on a GPU.
+`plain-full` at 0.5B counts about 18 GB of tensors (three 2 GB models, two trained): more than a
+shared 23 GB machine should be asked for; run it where memory allows.
 """
 
 from __future__ import annotations
@@ -177,7 +180,8 @@ def main() -> None:
     report = {"command": "python bench/lora_bench.py " + " ".join(sys.argv[1:]),
               "machine": platform.processor() or platform.machine(), "device": args.device,
               "memory": "tensors counted (weights, grads, AdamW state after one step) and the "
-                        "peak resident set (ru_maxrss) less the one after imports; "
+                        "peak resident set (ru_maxrss) less the peak before the models were "
+                        "built; "
                         "peak_gpu_gb: torch.cuda.max_memory_allocated",
               "settings": {k: v for k, v in vars(args).items() if k not in ("arm", "out")},
               "results": results}

@@ -3,7 +3,8 @@
 `critic: full`: the policy's architecture (AutoModel from the policy's weights) plus a linear
 value head. `trunk`: the policy's embeddings (frozen) and first k decoder layers (trained), copied
 from the SFT policy, plus a value head. `shared`: those k layers frozen and run without autograd,
-with one trainable causal attention block and a value head on top. `light`: a from-scratch causal
+with one trainable causal attention block and a value head on top (under `ppo.lora` the
+policy's own base, adapters off, instead of a copy: ppo/lora.py). `light`: a from-scratch causal
 Transformer encoder. All but `full` read only the first 256 tokens of prompt + response
 (truncated, and padded only to the longest sequence of the batch, never to 256), predicting a
 value per position. `value_quality` gives explained variance and RMSE of V against the returns.
@@ -256,7 +257,9 @@ class PolicyTrunkCritic(nn.Module):
     and Adam state per entry). `frozen=True` (`critic: shared`): the whole trunk is frozen and
     run without autograd (no gradient, no optimiser state, no stored activations); on top of it
     one trainable causal attention block of the policy's width (the `adapter`, which also takes
-    the reward-aware key weights), a norm and the value head.
+    the reward-aware key weights), a norm and the value head. With `base` (`critic: shared` under
+    `ppo.lora`) no trunk is built: the frozen trunk is the peft policy's own base read with its
+    adapters off after k layers (ppo/lora.py `base_hidden_states`), so no layer is copied.
     """
 
     def __init__(self, policy_config, num_layers: int, max_tokens: int = 256, pad_id: int = 0,
