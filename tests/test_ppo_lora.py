@@ -161,3 +161,23 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
             base = AutoModelForCausalLM.from_pretrained(str(world["policy"]))
             with torch.no_grad():
                 assert not torch.allclose(got, base(input_ids=ids).logits, atol=1e-5)
+
+
+def test_bad_lora_settings_are_one_line_errors(tmp_path):
+    from test_ppo_resume import _cmd, _env
+
+    from rlhf.pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"ppo.lora.r = 0: allowed >= 1"):
+        build(PPOConfig, {"lora": {**LORA, "r": 0}}, "ppo")
+    with pytest.raises(ConfigError, match="unknown key.*'rank'"):
+        build(PPOConfig, {"lora": {"enabled": True, "rank": 4}}, "ppo")
+    with pytest.raises(ConfigError, match="ppo.lora with ppo.sharding zero3"):
+        build(PPOConfig, {"lora": LORA, "sharding": "zero3"}, "ppo")
+    world = ppo_tiny.build_world(tmp_path / "world")
+    params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=1,
+                                   lora={**LORA, "target_modules": ["nonexistent_proj"]})
+    out = subprocess.run(_cmd(world, params, tmp_path / "out", tmp_path / "rows"), env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "ppo.lora.target_modules: Target modules {'nonexistent_proj'} not found" in out.stderr
