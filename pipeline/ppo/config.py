@@ -16,7 +16,7 @@ in `extra`; they read like any other field (`cfg.my_switch`); `with_values` sets
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from rlhf.pipeline import ranges
@@ -139,6 +139,8 @@ class PPOCore:
         for f in fields(self):  # YAML gives lists: keep tables hashable and immutable like the rest
             if isinstance(value := getattr(self, f.name), (list, tuple)):
                 object.__setattr__(self, f.name, _tuples(value))
+            elif isinstance(value, dict) and is_dataclass(f.default):  # a block from JSON (asdict)
+                object.__setattr__(self, f.name, type(f.default)(**value))
         for name, spec in ranges.of(type(self)).items():
             if (msg := ranges.check("ppo", name, getattr(self, name), spec)):
                 raise ConfigError(msg)
