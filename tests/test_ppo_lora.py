@@ -2,7 +2,8 @@
 never imported); only adapters (and the critic's own tensors) train; the reference is the base
 with the adapters off, its log-probs equal the base model's exactly; LoRA PPO raises the reward
 as plain PPO does (test_ppo_learns); a run killed with SIGKILL resumes exactly; `rlhf export
---merge` turns the run's adapters into a model folder AutoModelForCausalLM loads."""
+--merge` turns the run's adapters into a model folder AutoModelForCausalLM loads, and the run's
+`policy/` holds them merged already (what every stage loads)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
     from test_ppo_resume import _cmd, _env, _metrics, _rows, kill_at_first_checkpoint
     from transformers import AutoModelForCausalLM
 
+    from rlhf.pipeline.policy import load_policy
+
     world = ppo_tiny.build_world(tmp_path / "world")
     params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=4, checkpoint_every=2,
                                    critic="shared", critic_layers=1, lora=LORA)
@@ -144,9 +147,12 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
     ids = torch.tensor([[2, 8, 9, 10, 11]])
     from peft import AutoPeftModelForCausalLM
 
-    adapted = AutoPeftModelForCausalLM.from_pretrained(str(out_b / "policy"))
+    adapted = AutoPeftModelForCausalLM.from_pretrained(str(out_b / "adapter"))
     with torch.no_grad():
         want = adapted(input_ids=ids).logits
+        # the run's policy/ holds them merged: what every stage loads (load_policy)
+        merged, _ = load_policy(out_b / "policy")
+        assert torch.allclose(merged(input_ids=ids).logits, want, atol=1e-5)
     for src, dest in ((out_b, tmp_path / "merged"), (ckpt, tmp_path / "merged_step2")):
         res = CliRunner().invoke(app, ["export", str(src), str(dest), "--merge", "--lock",
                                        str(tmp_path / "none.lock")])

@@ -117,6 +117,22 @@ def restore(engine, weights: dict, optim: dict) -> None:
     engine.optimizer.load_state_dict(optim)
 
 
+def save_merged(model, folder: Path) -> None:
+    """The policy with its adapters merged (W + B·A·alpha/r, peft's `get_delta_weight`), as a
+    plain model folder every stage loads; computed beside the model, which keeps its adapters."""
+    from peft.tuners.lora import LoraLayer
+
+    inner = model.get_base_model()
+    state = {k.replace(".base_layer", ""): v for k, v in inner.state_dict().items()
+             if "lora_" not in k}
+    for name, module in inner.named_modules():
+        if isinstance(module, LoraLayer):
+            key = f"{name}.weight"
+            delta = sum(module.get_delta_weight(a) for a in module.active_adapters)
+            state[key] = state[key] + delta.to(state[key].dtype)
+    inner.save_pretrained(folder, state_dict=state)
+
+
 def save_adapter(model, folder: Path) -> None:
     """The policy's adapters as a peft folder (adapter_config.json names the base): what `rlhf
     export --merge` merges into the base. Adapters on the output head (a target peft counts

@@ -349,8 +349,9 @@ class PPOTrainer:
                           .numpy().tobytes())
         (self.paths.out / f"weights-rank{self.rank}.sha256").write_text(digest.hexdigest())
         if self.acc.is_main_process:
-            if self.cfg.lora.enabled:  # the adapters, which `rlhf export --merge` merges
-                lora.save_adapter(policy, self.paths.out / "policy")
+            if self.cfg.lora.enabled:  # policy/ merged (what every stage loads), and adapter/
+                lora.save_merged(policy, self.paths.out / "policy")
+                lora.save_adapter(policy, self.paths.out / "adapter")
             else:
                 policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
