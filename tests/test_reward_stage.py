@@ -150,7 +150,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     # the configured gate (not the module default, 0.6) reaches both scorers and the report
     assert strong.gate == light.gate == 0.45 == strong.meta["confidence_gate"]
     assert m["confidence_gate"] == 0.45
-    assert m["params"] == dataclasses.asdict(rcfg)
+    assert m["params"] == json.loads(json.dumps(dataclasses.asdict(rcfg)))  # tuples as lists
     r, c = light(["Tell me about red things number 1."], ["Red is nice because red is bright."])
     assert r.shape == (1,) and 0 <= float(c) <= 1
     assert torch.isfinite(r).all()
