@@ -49,6 +49,30 @@ def folder_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def load_kept(checkpoints: Path, name: str, inputs: str) -> tuple[Any, dict] | None:
+    """(model, extra) of the model kept as `checkpoints/name` when it is complete and was
+    trained from `inputs` (a fingerprint); None otherwise."""
+    from rlhf.pipeline.reward.scorer import load_rm
+
+    kept = checkpoints / name
+    mark = kept / MARK
+    if not (mark.is_file() and mark.read_text() == inputs):
+        return None
+    extra_file = kept / "extra.json"
+    extra = json.loads(extra_file.read_text()) if extra_file.is_file() else {}
+    return load_rm(kept), extra
+
+
+def keep(checkpoints: Path, name: str, inputs: str, model, extra: dict) -> None:
+    """Save a trained `model` (and `extra`) as `checkpoints/name`, the mark last."""
+    kept = checkpoints / name
+    shutil.rmtree(kept, ignore_errors=True)
+    model.save_pretrained(kept)
+    if extra:
+        (kept / "extra.json").write_text(json.dumps(extra, sort_keys=True))
+    (kept / MARK).write_text(inputs)  # last: a folder without it is incomplete
+
+
 def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
                     train: Callable[[], tuple[Any, dict]], log: Callable[[str], None],
                     what: str) -> tuple[Any, dict, bool]:
@@ -59,22 +83,13 @@ def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
     rerun that loads it score with the same weights and kernels (a freshly trained model's
     attention can differ from a loaded one's in the last bits). Without `checkpoints` the
     trained model is returned as it is."""
-    from rlhf.pipeline.reward.scorer import load_rm
-
     if checkpoints is None:
         model, extra = train()
         return model, extra, False
-    kept = checkpoints / name
-    mark = kept / MARK
-    if mark.is_file() and mark.read_text() == inputs:
-        log(f"{what}: trained before the last run was stopped, loaded from {kept}")
-        extra_file = kept / "extra.json"
-        extra = json.loads(extra_file.read_text()) if extra_file.is_file() else {}
-        return load_rm(kept), extra, True
+    found = load_kept(checkpoints, name, inputs)
+    if found is not None:
+        log(f"{what}: trained before the last run was stopped, loaded from {checkpoints / name}")
+        return found[0], found[1], True
     model, extra = train()
-    shutil.rmtree(kept, ignore_errors=True)
-    model.save_pretrained(kept)
-    if extra:
-        (kept / "extra.json").write_text(json.dumps(extra, sort_keys=True))
-    mark.write_text(inputs)  # last: a folder without it is incomplete
-    return load_rm(kept), extra, False
+    keep(checkpoints, name, inputs, model, extra)
+    return load_kept(checkpoints, name, inputs)[0], extra, False
