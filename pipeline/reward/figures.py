@@ -9,8 +9,8 @@ no later stage reads, measured on the RMs the `reward` stage saved.
    and how the strong-to-light score map (fitted by the reward stage on its distillation
    rollouts) fits these fresh samples.
 
-They left `make run` for `make report` (issue 50): together ~2 minutes of the reward stage on 2
-cores, and nothing downstream depends on them.
+They left `make run` for `make report`: together ~2 minutes of the reward stage on 2 cores,
+and nothing downstream depends on them.
 
     rlhf reward-figures --strong artifacts/models/rm_strong --light artifacts/models/rm_light \
         --sft artifacts/models/sft --preferences artifacts/store/preferences \
