@@ -61,7 +61,7 @@ def test_the_params_it_reads_exist(repo):
 
 def test_make_report_reproduces_the_report_pipeline_only(repo):
     make = (repo / "Makefile").read_text()
-    recipe = re.search(r"^report:.*\n((?:\t.*\n)+)", make, re.M)
+    recipe = re.search(r"^report:.*\n((?:\t.*\n)+)", make, re.MULTILINE)
     assert recipe and "dvc repro reports/dvc.yaml" in recipe.group(1)
-    run = re.search(r"^run:.*\n((?:\t.*\n)+)", make, re.M).group(1)
+    run = re.search(r"^run:.*\n((?:\t.*\n)+)", make, re.MULTILINE).group(1)
     assert "reports/" not in run  # `make run` leaves the report's stages alone

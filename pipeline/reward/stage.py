@@ -478,7 +478,7 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         policy, ptok = load_policy(sft_dir)
         exclude = {r["prompt_id"] for r in data.ann_rows}
         rollout_prompts, _ = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
-        light, report = step("light_distillation", distill_light, cfg, strong,
+        _, report = step("light_distillation", distill_light, cfg, strong,
                              strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
                              data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
                              member_checkpoints(out_strong), trackers)
