@@ -54,13 +54,12 @@ def test_members_trained_in_workers_equal_the_inline_ones(tiny, tmp_path, monkey
     assert digests["1"][0] != digests["1"][1]  # each member its own seed and bootstrap
 
 
-def test_member_workers_follow_the_thread_count(monkeypatch):
+def test_member_workers_come_from_the_environment(monkeypatch):
     from rlhf.pipeline.reward.ensemble import member_workers
 
     monkeypatch.delenv("RLHF_RM_WORKERS", raising=False)
-    monkeypatch.setenv("RLHF_TORCH_THREADS", "0")
-    assert member_workers(3) == 1  # a process with every core's threads: no second process
-    monkeypatch.setenv("RLHF_TORCH_THREADS", "1")
+    assert member_workers(3) == 1  # unset: inline (the test suite: its workers share the cores)
+    monkeypatch.setenv("RLHF_RM_WORKERS", "0")  # make run: one per core
     assert 1 <= member_workers(3) <= 3 and member_workers(1) == 1
     monkeypatch.setenv("RLHF_RM_WORKERS", "5")
     assert member_workers(3) == 3
