@@ -2,9 +2,9 @@
 bootstrap of the training prompts and its own seed, in worker processes where cores allow.
 
 At one torch thread per process (`make run`: RLHF_TORCH_THREADS=1) a member trains on one core,
-so `make run` (RLHF_RM_WORKERS=0) trains the members in one spawned process per core, each seeded
-inside the worker exactly as the inline path seeds it: a member's weights are byte-identical whichever
-process trained it (tests/test_reward_ensemble.py). Each worker saves its member as a kept model
+so `make run` (RLHF_RM_WORKERS=0) trains the members in one spawned process per core, each
+seeded inside the worker exactly as the inline path seeds it: a member's weights are
+byte-identical whichever process trained it (tests/test_reward_ensemble.py). Each worker saves its member as a kept model
 (reward/keep.py) and the stage loads it from there, as it loads a member an earlier, killed run
 kept.
 
