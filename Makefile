@@ -16,8 +16,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # made with one, so `make run` on a clean clone of a machine like ours leaves `git status` clean
 # (docs/reliability.md). `make run RLHF_TORCH_THREADS=0` takes every core: faster, other bytes.
 export RLHF_TORCH_THREADS ?= 1
+# ... and the reward stage trains its strong members in one process per core (0), each at that one
+# thread: byte-identical members, both cores busy (pipeline/reward/ensemble.py). Unset (the test
+# suite, whose two workers already share the cores) or 1: inline.
+export RLHF_RM_WORKERS ?= 0
 
-.PHONY: run test test-fast setup lock lint clean bench bench-all
+.PHONY: run report test test-fast setup lock lint clean bench bench-all
 
 setup: $(STAMP)
 
@@ -50,6 +54,15 @@ run: setup
 	@echo "plots: artifacts/eval/gold_proxy_vs_kl.png, artifacts/eval/metrics_sft_vs_ppo.png;" \
 	      "all of them: dvc plots show (dvc_plots/index.html); headline figures: dvc metrics show"
 	@cat .dvc/tmp/stage_times.txt
+
+# The figures no stage of `make run` reads (reports/dvc.yaml; README "make report"): each RM vs
+# gold on fresh and on-policy samples, light vs strong, the speed ratio. Its upstream is `make
+# run`'s pipeline: DVC reruns whatever of it is stale first.
+report: setup
+	bash -o pipefail -c 'SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(BIN)/dvc repro reports/dvc.yaml 2>&1 \
+	  | $(BIN)/python -m rlhf.cli.repro_times .dvc/tmp/report_times.txt'
+	$(BIN)/dvc metrics show artifacts/metrics/reward_figures.json
+	@cat .dvc/tmp/report_times.txt
 
 # Two pytest workers (pytest-xdist), a test file per worker at a time (its module fixtures
 # trained once): each test's stages run at one torch thread, so one worker per core keeps both

@@ -69,8 +69,8 @@ def main() -> None:
                                                     {r["prompt_id"] for r in rows})
     from rlhf.pipeline.ppo.generate import sampling_of
 
-    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, rows, demos,
-                                             sampling_of(load_config(args.params, "ppo")))
+    d_prompts, d_resps, groups, _ = distill_set(cfg, policy, ptok, rollout_prompts, rows,
+                                                demos, sampling_of(load_config(args.params, "ppo")))
     targets, _ = strong(d_prompts, d_resps)
     f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos)
     t0 = time.perf_counter()

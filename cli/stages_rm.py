@@ -1,4 +1,5 @@
-"""`rlhf sft | preferences | reward | difficulty`: the policy, preference and reward-model stages.
+"""`rlhf sft | preferences | reward | reward-figures | difficulty`: the policy, preference and
+reward-model stages.
 
     rlhf sft --demos artifacts/world/demonstrations.jsonl --tokenizer artifacts/world/tokenizer \
         --model-config artifacts/world/model_config --out artifacts/models/sft
@@ -7,6 +8,8 @@
     rlhf reward --preferences artifacts/store/preferences --sft artifacts/models/sft \
         --pool artifacts/store/pool --out-strong artifacts/models/rm_strong \
         --out-light artifacts/models/rm_light
+    rlhf reward-figures --strong artifacts/models/rm_strong --light artifacts/models/rm_light \
+        --sft artifacts/models/sft --preferences artifacts/store/preferences   # make report
     rlhf difficulty --pool artifacts/store/pool --policy artifacts/models/sft \
         --reward-model artifacts/models/rm_strong --out artifacts/store/difficulty
     rlhf demos --store artifacts/store --out artifacts/demos          # realdata profile
@@ -272,29 +275,10 @@ def print_reward_report(m: dict, seconds: float) -> None:
         ("held-out pairwise accuracy vs gold order", m["heldout_accuracy_vs_gold"]),
         ("annotators' own agreement with gold (held-out)",
          m["annotator_heldout_agreement_with_gold"]),
-        (f"Spearman strong RM vs gold, {m['n_fresh_samples']} samples of unseen prompts (>= 0.7)",
-         m["spearman_strong_vs_gold"]),
-        (f"  policy samples only ({m['n_fresh_policy_samples']}, gold mean "
-         f"{_fmt(m['gold_mean_fresh_policy'])})", m["spearman_strong_vs_gold_policy_only"]),
-        ("  min aggregation", m["spearman_strong_min_vs_gold"]),
-        ("Spearman light vs strong (>= 0.9)", m["spearman_light_vs_strong"]),
-        *([(f"on PPO's distribution ({m['onpolicy']['n_prompts']} ppo prompts x "
-            f"{m['onpolicy']['k']}): Spearman vs gold, strong overall / within a prompt",
-            f"{_fmt(m['spearman_strong_vs_gold_onpolicy'])} / "
-            f"{_fmt(m['spearman_strong_vs_gold_onpolicy_within_prompt'])}"),
-           ("  light overall / within a prompt",
-            f"{_fmt(m['spearman_light_vs_gold_onpolicy'])} / "
-            f"{_fmt(m['spearman_light_vs_gold_onpolicy_within_prompt'])}")]
-          if "onpolicy" in m else []),
-        ("Spearman light vs gold", m["spearman_light_vs_gold"]),
         ("light held-out accuracy vs annotators / gold",
          f"{_fmt(m['light_heldout_accuracy'])} / {_fmt(m['light_heldout_accuracy_vs_gold'])}"),
-        ("parameters strong (all members) / light",
-         f"{m['strong_params']:,} / {m['light_params']:,}"),
-        ("speed ratio light vs strong (>= 3)", m["speed_ratio"]),
         ("confidence temperature", m["temperature"]),
-        ("share of fresh samples passing the 0.6 gate", m["gate_pass_share"]),
-        ("overfit flag (Spearman < 0.7)", m["overfit_flag"]),
+        ("RMs vs gold on fresh and on-policy samples", "make report (rlhf reward-figures)"),
     ])
     t = data_table("held-out pairwise accuracy by confidence (calibrated, report half)",
                    [(c, {"justify": "right"}) for c in
@@ -317,6 +301,64 @@ def print_reward_report(m: dict, seconds: float) -> None:
              v["accuracy"]) for src, v in ext.items() if isinstance(v, dict)] + [
             (f"{src}: task RM zero-shot", v["strong_rm_zero_shot_accuracy"])
             for src, v in ext.items() if isinstance(v, dict)])
+
+
+def reward_figures(
+    strong: Path = typer.Option(..., "--strong", help="Strong RM ensemble folder."),
+    light: Path = typer.Option(..., "--light", help="Light RM folder."),
+    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (the samples)."),
+    preferences_dir: Path = typer.Option(..., "--preferences",
+                                         help="`preferences` table (the RMs' training prompts)."),
+    pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
+    demos: Path | None = typer.Option(None, "--demos", help="Demonstrations (eval candidates)."),
+    judge_model: Path | None = typer.Option(
+        None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
+    params: Path = PARAMS,
+    metrics: Path | None = METRICS,
+    report_path: Path | None = REPORT,
+) -> None:
+    """The RMs' figures no later stage reads (`make report`): each RM vs gold on fresh and on
+    PPO's own samples, light vs strong, the speed ratio, the hacked-twin probe."""
+    from rlhf.pipeline.decode import Sampling
+    from rlhf.pipeline.reward.figures import run
+
+    cfg = load_config(params, "reward")
+    ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
+    _need_model("scorer", strong, "--strong")
+    _need_model("scorer", light, "--light")
+    _need_model("policy", sft_dir, "--sft")
+    _need_dir(preferences_dir, "--preferences")
+    pool = _pool_or_demos(pool, demos)
+    t0 = time.perf_counter()
+    try:
+        m = run(cfg, strong, light, sft_dir, preferences_dir, pool, demos,
+                judge=judge_or_fail(params, judge_model),
+                log=lambda msg: console.print(plain(msg, "dim")), ppo_sampling=ppo_sampling)
+    except (OSError, ValueError) as exc:
+        fail(f"reward-figures failed: {exc}")
+    write_metrics("reward_figures", m, metrics, report_path)
+    _table(f"reward figures  [{time.perf_counter() - t0:.0f}s]", [
+        (f"Spearman strong RM vs gold, {m['n_fresh_samples']} samples of unseen prompts (>= 0.7)",
+         m["spearman_strong_vs_gold"]),
+        (f"  policy samples only ({m['n_fresh_policy_samples']}, gold mean "
+         f"{_fmt(m['gold_mean_fresh_policy'])})", m["spearman_strong_vs_gold_policy_only"]),
+        ("  min aggregation", m["spearman_strong_min_vs_gold"]),
+        ("Spearman light vs strong (>= 0.9)", m["spearman_light_vs_strong"]),
+        *([(f"on PPO's distribution ({m['onpolicy']['n_prompts']} ppo prompts x "
+            f"{m['onpolicy']['k']}): Spearman vs gold, strong overall / within a prompt",
+            f"{_fmt(m['spearman_strong_vs_gold_onpolicy'])} / "
+            f"{_fmt(m['spearman_strong_vs_gold_onpolicy_within_prompt'])}"),
+           ("  light overall / within a prompt",
+            f"{_fmt(m['spearman_light_vs_gold_onpolicy'])} / "
+            f"{_fmt(m['spearman_light_vs_gold_onpolicy_within_prompt'])}")]
+          if "onpolicy" in m else []),
+        ("Spearman light vs gold", m["spearman_light_vs_gold"]),
+        ("parameters strong (all members) / light",
+         f"{m['strong_params']:,} / {m['light_params']:,}"),
+        ("speed ratio light vs strong (>= 3)", m["speed_ratio"]),
+        ("share of fresh samples passing the 0.6 gate", m["gate_pass_share"]),
+        ("overfit flag (Spearman < 0.7)", m["overfit_flag"]),
+    ])
 
 
 def difficulty(

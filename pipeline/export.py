@@ -3,8 +3,9 @@ adapters merged into the base when asked), the tokenizer with its chat template,
 (README.md) naming the run, the data it was trained on with their hashes, and its figures.
 
 What it exports: a model folder (the SFT policy, a PPO run's final `policy/`), a PPO run folder
-(its `policy/`), a PPO checkpoint `checkpoints/step-NNNNNN` (its `policy.pt` into the
-architecture and tokenizer of `base`, by default the run's `policy/`), or a peft adapter folder.
+(its `policy/`; a `ppo.lora` run's `adapter/`), a PPO checkpoint `checkpoints/step-NNNNNN` (its
+`policy.pt` into the architecture and tokenizer of `base`, by default the run's `policy/`; a
+`ppo.lora` run's checkpoint: its `adapter/` folder), or a peft adapter folder.
 The data hashes are the ones DVC recorded: the dvc.lock stage whose output holds the checkpoint,
 its inputs that a stage writes or that are not code, with their md5.
 
@@ -43,17 +44,20 @@ def resolve(checkpoint: str | Path, base: str | Path | None = None) -> Source:
         raise ExportError(f"{ckpt} is not a folder: expected a checkpoint folder")
     if (ckpt / "policy").is_dir() and (ckpt / "summary.json").is_file():  # a PPO run folder
         summary = json.loads((ckpt / "summary.json").read_text())
-        src = resolve(ckpt / "policy")
+        # a ppo.lora run: its adapters (policy/ holds them merged already)
+        src = resolve(ckpt / ("adapter" if (ckpt / "adapter").is_dir() else "policy"))
         src.run = {"stage": "ppo", "run_id": summary.get("run_id"), "step": summary.get("steps")}
         return src
     if (ckpt / "policy.pt").is_file() and (ckpt / "trainer_state.json").is_file():
         state = json.loads((ckpt / "trainer_state.json").read_text())
+        run = {"stage": "ppo", "run_id": ckpt.parent.parent.name, "step": state["step"]}
+        if (ckpt / "adapter" / "adapter_config.json").is_file():  # a ppo.lora run's adapters
+            return Source("adapter", ckpt / "adapter", run=run)
         base = Path(base) if base else ckpt.parent.parent / "policy"
         if not (base / "config.json").is_file():
             raise ExportError(f"{ckpt} is a PPO checkpoint: its architecture and tokenizer come "
                               f"from --base (a model folder), and {base} is none")
-        return Source("ppo_checkpoint", ckpt, base,
-                      {"stage": "ppo", "run_id": ckpt.parent.parent.name, "step": state["step"]})
+        return Source("ppo_checkpoint", ckpt, base, run)
     if (ckpt / "adapter_config.json").is_file():
         return Source("adapter", ckpt)
     if (ckpt / "config.json").is_file() and any(ckpt.glob("*.safetensors")) \

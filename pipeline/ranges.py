@@ -138,6 +138,7 @@ RANGES: dict[str, dict[str, Spec]] = {
         "external_train_pairs": NONNEG, "external_epochs": POS, "external_max_length": COUNT,
         "seed": NONNEG,
     },
+    "LoraConfig": {"r": COUNT, "alpha": POS, "dropout": FRACTION_LT1},
     "RmTrainConfig": {
         "epochs": POS, "learning_rate": POS, "batch_size": COUNT, "max_length": COUNT,
         "warmup_ratio": FRACTION_LT1, "weight_decay": NONNEG,

@@ -82,7 +82,7 @@ def test_write_metrics_splits_the_headline_from_the_report(tmp_path):
     assert full["eval"]["sampling"] == {"seed": 0} and full["eval"]["final"]["at"] == "2026-01-05"
     assert headline("reward", {"heldout_accuracy_mean": 0.8, "n_train_pairs": 9}) == {
         "heldout_accuracy_mean": 0.8}
-    assert "spearman_light_vs_gold_onpolicy_within_prompt" in HEADLINES["reward"]
+    assert "spearman_light_vs_gold_onpolicy_within_prompt" in HEADLINES["reward_figures"]
 
 
 def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_path):
@@ -94,7 +94,7 @@ def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_pa
     from rlhf.cli.common import HEADLINES, TIMINGS, write_metrics
 
     def report(seconds: float) -> dict:
-        return {"heldout_accuracy_mean": 0.8, "seconds": seconds, "speed_ratio": seconds / 2,
+        return {"heldout_accuracy_mean": 0.8, "seconds": seconds,
                 "phase_seconds": {"strong_ensemble": seconds}, "n_train_pairs": 9,
                 "external": {"hh": {"accuracy": 0.6}, "train_seconds": seconds}}
 
@@ -107,7 +107,7 @@ def test_wall_clock_figures_go_beside_the_report_not_into_versioned_files(tmp_pa
         files[name] = (m.read_bytes(), r.read_bytes(),
                        json.loads((tmp_path / name / "reward.timings.json").read_text()))
     assert files["a"][:2] == files["b"][:2]
-    assert files["a"][2] == {"seconds": 455.1, "speed_ratio": 227.55,
+    assert files["a"][2] == {"seconds": 455.1,
                              "phase_seconds": {"strong_ensemble": 455.1},
                              "external": {"train_seconds": 455.1}}
     assert json.loads(files["a"][1]) == {"heldout_accuracy_mean": 0.8, "n_train_pairs": 9,

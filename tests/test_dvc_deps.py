@@ -16,7 +16,7 @@ _spec = importlib.util.spec_from_file_location("docs_dvc_deps", REPO / "docs" / 
 deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(deps)
 
-DVC_FILES = ("dvc.yaml", "profiles/realdata/dvc.yaml")
+DVC_FILES = ("dvc.yaml", "profiles/realdata/dvc.yaml", "reports/dvc.yaml")
 
 
 @pytest.mark.parametrize("name", DVC_FILES)

@@ -1,6 +1,7 @@
 """LoRA through peft: SFT's LoRA path (`sft.lora`, pipeline/sft.py) on a tiny pretrained Llama
 trains adapters on every linear layer and saves them merged, and `rlhf export --merge` turns an
-adapter folder into a plain model folder whose logits are the adapted model's."""
+adapter folder into a plain model folder whose logits are the adapted model's; `reward.train.lora`
+trains an RM's adapters and head and merges them (PPO's LoRA: tests/test_ppo_lora.py)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,35 @@ def test_export_merge_turns_adapters_into_a_plain_model_with_the_adapted_logits(
     assert not torch.allclose(got, AutoModelForCausalLM.from_pretrained(str(base))(
         input_ids=ids).logits, atol=1e-3)  # the adapters changed the logits
     assert peft.__version__
+
+
+def test_reward_lora_trains_adapters_and_the_head_and_the_adapters_change_the_scores(tmp_path):
+    """`reward.train.lora`: only the adapters and the fresh score head train; the returned RM is
+    a plain classifier with them merged, and without the adapters its scores differ."""
+    from rlhf.pipeline.lora import LoraConfig
+    from rlhf.pipeline.reward.scorer import batch_scores, encode_texts
+    from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, pairwise_loss, train_rm
+    from tiny_world import toy_pairs
+    from transformers import AutoTokenizer
+
+    base, _ = _base(tmp_path)
+    tok = AutoTokenizer.from_pretrained(str(base))
+    model = init_rm(str(base), seed=0)  # the base + a fresh score head
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pairs = toy_pairs(64, seed=0)
+    cfg = RmTrainConfig(epochs=3, learning_rate=1e-2, batch_size=16, max_length=64,
+                        lora=LoraConfig(enabled=True, r=4, alpha=8))
+    loss_before = pairwise_loss(model, tok, pairs, cfg.max_length)["loss"]
+    trained, _ = train_rm(model, tok, pairs, cfg, seed=0)
+    assert not hasattr(trained, "peft_config")  # merged: what every scorer loads
+    after = trained.state_dict()
+    assert set(after) == set(before)
+    changed = {k for k in before if not torch.equal(after[k], before[k])}
+    linear = {k for k in before if ".layers." in k and k.endswith("proj.weight")}
+    assert changed == linear | {"score.weight"}  # the adapters' layers and the head, no more
+    assert pairwise_loss(trained, tok, pairs, cfg.max_length)["loss"] < loss_before - 0.1
+    ids = encode_texts(tok, [p["prompt"] for p in pairs[:8]], [p["chosen"] for p in pairs[:8]],
+                       cfg.max_length)
+    scores = batch_scores(trained, tok, ids)
+    trained.load_state_dict({**after, **{k: before[k] for k in linear}})  # adapters taken out
+    assert not torch.allclose(batch_scores(trained, tok, ids), scores, atol=1e-4)

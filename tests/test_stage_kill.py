@@ -41,7 +41,9 @@ def _rlhf() -> str:
 def _env() -> dict:
     import os
 
+    # RLHF_RM_WORKERS: the reward stage's members in 2 processes, as `make run` trains them
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+                RLHF_RM_WORKERS="2",
                 TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 PYTHONHASHSEED="0")
 
@@ -266,7 +268,7 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
 
     for kill_after, loaded, trained in [
             ("member_0", ["strong RM member 1/2: trained before the last run was stopped"],
-             ["training strong RM member 2/2", "distilling the light RM", "training an RM on"]),
+             ["distilling the light RM", "training an RM on"]),
             ("external", ["strong RM member 2/2: trained before", "light RM: trained before",
                           "external side RM: trained before"], [])]:
         again = tmp_path / f"again_{kill_after}"
@@ -280,8 +282,10 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
                 assert proc.poll() is None, f"the stage ended before {kill_after} was kept"
                 assert time.monotonic() < deadline
                 time.sleep(0.005)
+            workers = _children(proc.pid)  # the members' worker processes (ensemble.py)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
+            _gone(workers)  # they die with the stage, not train on
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -296,10 +300,42 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
         for line in trained:
             assert line in said, (kill_after, line)
         assert "training strong RM member 1/2" not in said
+        # member 2 trained beside member 1 in a second process: kept before the kill, or not
+        assert ("training strong RM member 2/2" in said
+                or "strong RM member 2/2: trained before" in said), said[-2000:]
         assert not kept.exists() and _hidden(again) == []
         for name in ("rm_strong", "rm_light"):
             assert _files(again / "models" / name) == want[name], (kill_after, name)
         _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _gone(pids: list[int], seconds: float = 20.0) -> None:
+    """Wait until none of `pids` runs (zombies reaped by init count as gone)."""
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + seconds
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    assert not alive, f"processes {alive} outlived the killed stage"
 
 
 # --- preferences (the tiny config of the reward test above, through the `rlhf` command) ----

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from rlhf.pipeline.ppo import lora as ppo_lora
+
 
 def trainer_state(t, step: int) -> dict:
     return {"step": step, "sampler": t.sampler.state_dict(), "kl_controller": t.kl_ctl.state_dict(),
@@ -44,13 +46,17 @@ def save(t, step: int) -> Path:
     # without a critic (a group estimator: advantages.py) there is no critic.pt and no critic
     # entries in optim.pt
     models = {"policy": e.policy, **({"critic": e.critic} if e.critic is not None else {})}
-    weights = {name: m.full_state() for name, m in models.items()}
+    lora = t.cfg.lora.enabled  # LoRA (ppo/lora.py): only the trained tensors, the base is the input
+    weights = {name: ppo_lora.trained_weights(m) if lora else m.full_state()
+               for name, m in models.items()}
     optim = {name: m.save(tmp, name) for name, m in models.items()}
     if acc.is_main_process:
         for name in models:
             torch.save(weights[name], tmp / f"{name}.pt")
         torch.save({**optim, **{f"sched_{name}": m.scheduler.state_dict()
                                 for name, m in models.items()}}, tmp / "optim.pt")
+        if lora:  # the adapters as a peft folder too: what `rlhf export --merge` reads
+            ppo_lora.save_adapter(e.policy.model, tmp / "adapter")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state(t, step)))
         # the run's seconds so far: a wall-clock figure, kept out of the output hash (.dvcignore)
         (tmp / "timings.json").write_text(json.dumps({"seconds": t.totals.seconds}))
@@ -85,9 +91,14 @@ def load(t) -> int:
     # a critic's files are read only when the run has a critic (one a checkpoint written with
     # a critic still carries is not needed by a group estimator)
     for name, m in (("policy", e.policy), ("critic", e.critic)):
-        if m is not None:
-            m.load(ckpt, name, torch.load(ckpt / f"{name}.pt"), optim[name])
-            m.scheduler.load_state_dict(optim[f"sched_{name}"])
+        if m is None:
+            continue
+        weights = torch.load(ckpt / f"{name}.pt")
+        if t.cfg.lora.enabled:  # the trained tensors into the base the run was started from
+            ppo_lora.restore(m, weights, optim[name])
+        else:
+            m.load(ckpt, name, weights, optim[name])
+        m.scheduler.load_state_dict(optim[f"sched_{name}"])
     t.sampler.load_state_dict(state["sampler"])
     t.kl_ctl.load_state_dict(state["kl_controller"])
     t.collapse.load_state_dict(state["collapse"])

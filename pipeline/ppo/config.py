@@ -16,11 +16,12 @@ in `extra`; they read like any other field (`cfg.my_switch`); `with_values` sets
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from rlhf.pipeline import ranges
 from rlhf.pipeline.config import ConfigError
+from rlhf.pipeline.lora import LoraConfig
 
 
 class PPOCore:
@@ -86,6 +87,9 @@ class PPOCore:
     # PPO step (ppo_epochs x batch_size / mini_batch_size); with zero3 a multiple of the number
     # of processes (seed 000 §5.5)
     gradient_accumulation_steps: int = 1
+    # LoRA (pipeline/ppo/lora.py): the policy trains as peft adapters, the reference is its base
+    # with them switched off (no second copy), the critic per `critic` (docs/ppo.md)
+    lora: LoraConfig = LoraConfig()
     # the keys of a feature registered after PPOConfig was built (a test's): (key, value) pairs
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -134,10 +138,15 @@ class PPOCore:
         for f in fields(self):  # YAML gives lists: keep tables hashable and immutable like the rest
             if isinstance(value := getattr(self, f.name), (list, tuple)):
                 object.__setattr__(self, f.name, _tuples(value))
+            elif isinstance(value, dict) and is_dataclass(f.default):  # a block from JSON (asdict)
+                object.__setattr__(self, f.name, type(f.default)(**value))
         for name, spec in ranges.of(type(self)).items():
             if (msg := ranges.check("ppo", name, getattr(self, name), spec)):
                 raise ConfigError(msg)
         self._check_batches()
+        if self.lora.enabled and self.sharding != "none":
+            raise ConfigError("ppo.lora with ppo.sharding zero3 is not supported: use sharding "
+                              "none (one process or data parallel)")
         from rlhf.pipeline.ppo.features.registry import ordered
 
         for feature in ordered():

@@ -3,7 +3,8 @@
 `critic: full`: the policy's architecture (AutoModel from the policy's weights) plus a linear
 value head. `trunk`: the policy's embeddings (frozen) and first k decoder layers (trained), copied
 from the SFT policy, plus a value head. `shared`: those k layers frozen and run without autograd,
-with one trainable causal attention block and a value head on top. `light`: a from-scratch causal
+with one trainable causal attention block and a value head on top (under `ppo.lora` the
+policy's own base, adapters off, instead of a copy: ppo/lora.py). `light`: a from-scratch causal
 Transformer encoder. All but `full` read only the first 256 tokens of prompt + response
 (truncated, and padded only to the longest sequence of the batch, never to 256), predicting a
 value per position. `value_quality` gives explained variance and RMSE of V against the returns.
@@ -256,11 +257,13 @@ class PolicyTrunkCritic(nn.Module):
     and Adam state per entry). `frozen=True` (`critic: shared`): the whole trunk is frozen and
     run without autograd (no gradient, no optimiser state, no stored activations); on top of it
     one trainable causal attention block of the policy's width (the `adapter`, which also takes
-    the reward-aware key weights), a norm and the value head.
+    the reward-aware key weights), a norm and the value head. With `base` (`critic: shared` under
+    `ppo.lora`) no trunk is built: the frozen trunk is the peft policy's own base read with its
+    adapters off after k layers (ppo/lora.py `base_hidden_states`), so no layer is copied.
     """
 
     def __init__(self, policy_config, num_layers: int, max_tokens: int = 256, pad_id: int = 0,
-                 frozen: bool = False):
+                 frozen: bool = False, base=None):
         super().__init__()
         from transformers import AutoModel
 
@@ -270,12 +273,19 @@ class PolicyTrunkCritic(nn.Module):
         cfg.num_hidden_layers = self.num_layers
         if isinstance(getattr(cfg, "layer_types", None), list):  # per-layer lists (Qwen2 etc.)
             cfg.layer_types = cfg.layer_types[: self.num_layers]
-        self.backbone = AutoModel.from_config(cfg)
         self.max_tokens, self.pad_id, self.frozen = max_tokens, pad_id, frozen
         hidden = cfg.hidden_size
-        self.backbone.get_input_embeddings().requires_grad_(False)
+        # `base` (a frozen critic under ppo.lora): the peft policy itself, read with its adapters
+        # off (ppo/lora.py), so the trunk is no copy; a tuple keeps it out of the critic's
+        # parameters, state and optimiser
+        self.base = (base,) if base is not None else None
+        self.backbone = None
+        if base is None:
+            self.backbone = AutoModel.from_config(cfg)
+            self.backbone.get_input_embeddings().requires_grad_(False)
         if frozen:
-            self.backbone.requires_grad_(False)
+            if self.backbone is not None:
+                self.backbone.requires_grad_(False)
             self.num_heads = cfg.num_attention_heads
             self.adapter = nn.TransformerEncoderLayer(
                 hidden, self.num_heads, 4 * hidden, 0.0, activation="gelu", batch_first=True,
@@ -285,15 +295,22 @@ class PolicyTrunkCritic(nn.Module):
 
     def copy_from_policy(self, policy: nn.Module) -> None:
         """Load the policy's embeddings and first k layers (and its final norm) into the trunk."""
-        base = getattr(policy, getattr(policy, "base_model_prefix", ""), policy)
-        missing, _ = self.backbone.load_state_dict(base.state_dict(), strict=False)
+        if self.backbone is None:  # the trunk is the policy's own base
+            return
+        if hasattr(policy, "get_base_model"):  # a peft policy (ppo.lora): its base's weights
+            from rlhf.pipeline.lora import base_state_dict
+
+            state = base_state_dict(policy)
+        else:
+            state = getattr(policy, getattr(policy, "base_model_prefix", ""), policy).state_dict()
+        missing, _ = self.backbone.load_state_dict(state, strict=False)
         if missing:
             raise ValueError(f"the policy lacks the critic trunk's weights {missing[:3]}: is it "
                              "the architecture the critic was built from?")
 
     def train(self, mode: bool = True):
         super().train(mode)
-        if self.frozen:
+        if self.frozen and self.backbone is not None:
             self.backbone.eval()
         return self
 
@@ -303,9 +320,14 @@ class PolicyTrunkCritic(nn.Module):
         input_ids = input_ids[:, : self.max_tokens]
         attention_mask = attention_mask[:, : self.max_tokens]
         check_attention_mask(input_ids, attention_mask, self.pad_id)
-        with torch.no_grad() if self.frozen else contextlib.nullcontext():
-            h = self.backbone(input_ids=input_ids,
-                              attention_mask=attention_mask).last_hidden_state
+        if self.base is not None:
+            from rlhf.pipeline.ppo.lora import base_hidden_states
+
+            h = base_hidden_states(self.base[0], input_ids, attention_mask, self.num_layers)
+        else:
+            with torch.no_grad() if self.frozen else contextlib.nullcontext():
+                h = self.backbone(input_ids=input_ids,
+                                  attention_mask=attention_mask).last_hidden_state
         if self.frozen:
             if key_weights is not None:
                 key_weights = key_weights[:, : self.max_tokens]

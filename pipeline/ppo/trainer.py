@@ -44,7 +44,7 @@ import pyarrow as pa
 import torch
 
 from rlhf.pipeline.decode import LogprobGuard
-from rlhf.pipeline.ppo import checkpoint, sharding, wallclock
+from rlhf.pipeline.ppo import checkpoint, lora, sharding, wallclock
 from rlhf.pipeline.ppo.accounting import StepCost, Totals
 from rlhf.pipeline.ppo.advantages import estimator
 from rlhf.pipeline.ppo.config import PPOConfig
@@ -152,12 +152,16 @@ class PPOTrainer:
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         vocab = max(len(tokenizer), policy.config.vocab_size)
         torch.manual_seed(cfg.seed)  # critic init; every rank starts from the same weights
+        if cfg.lora.enabled:  # adapters on the policy; the reference is its base with them off
+            policy, ref_policy = lora.wrap_policy(policy, cfg.lora, policy_path)
         critic = None  # a group estimator (advantages.py) never runs one: none is built
         if estimator(cfg.advantage_estimator).needs_critic:
-            critic = build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
-                                  cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
-                                  policy_source=policy_path if cfg.critic == "full" else None,
-                                  policy_config=policy.config)
+            critic = lora.build_critic(cfg, vocab, self.pad_id, policy, policy_path) \
+                if cfg.lora.enabled else \
+                build_critic(cfg.critic, vocab, self.pad_id, cfg.critic_hidden_size,
+                             cfg.critic_layers, cfg.critic_heads, cfg.critic_max_tokens,
+                             policy_source=policy_path if cfg.critic == "full" else None,
+                             policy_config=policy.config)
             if self.pad_id == self.eos_id:  # pad doubles as eos: it may be a real token
                 critic.pad_id = None
         # one engine each for policy and critic, the reference an inference one (sharding.py)
@@ -341,7 +345,11 @@ class PPOTrainer:
                           .numpy().tobytes())
         (self.paths.out / f"weights-rank{self.rank}.sha256").write_text(digest.hexdigest())
         if self.acc.is_main_process:
-            policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
+            if self.cfg.lora.enabled:  # policy/ merged (what every stage loads), and adapter/
+                lora.save_merged(policy, self.paths.out / "policy")
+                lora.save_adapter(policy, self.paths.out / "adapter")
+            else:
+                policy.save_pretrained(self.paths.out / "policy", state_dict=weights)
             self.tokenizer.save_pretrained(self.paths.out / "policy")
             if critic_weights is not None:
                 torch.save(critic_weights, self.paths.out / "critic.pt")
@@ -409,9 +417,11 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     random.seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(policy_path))
     compute: Compute = compute or resolve(stage="ppo")
-    # the accelerator places the models (engines.py): loaded here in their dtype on the CPU
-    policy, ref = (_load_policy(AutoModelForCausalLM, policy_path, compute, what)
-                   for what in ("policy", "reference"))
+    # the accelerator places the models (sharding.py): loaded here in their dtype on the CPU
+    policy = _load_policy(AutoModelForCausalLM, policy_path, compute, "policy")
+    ref = None  # ppo.lora: the reference is the policy's base with its adapters off
+    if not cfg.lora.enabled:
+        ref = _load_policy(AutoModelForCausalLM, policy_path, compute, "reference")
     if compute.gradient_checkpointing:
         policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
     scorer = load_scorer(reward_path, name="light_rm", compute=compute)

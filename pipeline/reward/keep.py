@@ -49,6 +49,32 @@ def folder_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def load_kept(checkpoints: Path, name: str, inputs: str,
+              compute=None) -> tuple[Any, dict] | None:
+    """(model, extra) of the model kept as `checkpoints/name` when it is complete and was
+    trained from `inputs` (a fingerprint), loaded in `compute`'s device and dtype
+    (pipeline/compute.py; None: float32 on the CPU); None otherwise."""
+    from rlhf.pipeline.reward.scorer import load_rm
+
+    kept = checkpoints / name
+    mark = kept / MARK
+    if not (mark.is_file() and mark.read_text() == inputs):
+        return None
+    extra_file = kept / "extra.json"
+    extra = json.loads(extra_file.read_text()) if extra_file.is_file() else {}
+    return load_rm(kept, compute), extra
+
+
+def keep(checkpoints: Path, name: str, inputs: str, model, extra: dict) -> None:
+    """Save a trained `model` (and `extra`) as `checkpoints/name`, the mark last."""
+    kept = checkpoints / name
+    shutil.rmtree(kept, ignore_errors=True)
+    model.save_pretrained(kept)
+    if extra:
+        (kept / "extra.json").write_text(json.dumps(extra, sort_keys=True))
+    (kept / MARK).write_text(inputs)  # last: a folder without it is incomplete
+
+
 def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
                     train: Callable[[], tuple[Any, dict]], log: Callable[[str], None],
                     what: str, compute=None) -> tuple[Any, dict, bool]:
@@ -58,24 +84,14 @@ def kept_or_trained(checkpoints: Path | None, name: str, inputs: str,
     Either way the model returned is the one loaded from disk, so a run that trained it and a
     rerun that loads it score with the same weights and kernels (a freshly trained model's
     attention can differ from a loaded one's in the last bits). Without `checkpoints` the
-    trained model is returned as it is. `compute`: the device and dtype it is loaded in
-    (pipeline/compute.py; None: float32 on the CPU)."""
-    from rlhf.pipeline.reward.scorer import load_rm
-
+    trained model is returned as it is. `compute`: the device and dtype it is loaded in."""
     if checkpoints is None:
         model, extra = train()
         return model, extra, False
-    kept = checkpoints / name
-    mark = kept / MARK
-    if mark.is_file() and mark.read_text() == inputs:
-        log(f"{what}: trained before the last run was stopped, loaded from {kept}")
-        extra_file = kept / "extra.json"
-        extra = json.loads(extra_file.read_text()) if extra_file.is_file() else {}
-        return load_rm(kept, compute), extra, True
+    found = load_kept(checkpoints, name, inputs, compute)
+    if found is not None:
+        log(f"{what}: trained before the last run was stopped, loaded from {checkpoints / name}")
+        return found[0], found[1], True
     model, extra = train()
-    shutil.rmtree(kept, ignore_errors=True)
-    model.save_pretrained(kept)
-    if extra:
-        (kept / "extra.json").write_text(json.dumps(extra, sort_keys=True))
-    mark.write_text(inputs)  # last: a folder without it is incomplete
-    return load_rm(kept, compute), extra, False
+    keep(checkpoints, name, inputs, model, extra)
+    return load_kept(checkpoints, name, inputs, compute)[0], extra, False

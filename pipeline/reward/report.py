@@ -5,7 +5,8 @@ uses); fresh samples of unseen prompts scored by each RM against the gold judge 
 light vs strong, sizes and the speed ratio, how often the confidence gate passes); the
 on-policy figures at PPO's sampling settings with the strong-to-light score map; and an RM
 trained and tested on the external (hh-rlhf) pairs. Every function takes the trained scorers;
-none trains the stage's RMs (reward/stage.py does, and calls these in order).
+none trains the stage's RMs (reward/stage.py does, and calls the held-out, drift and external
+steps; the fresh and on-policy figures are `make report`'s, reward/figures.py).
 """
 
 from __future__ import annotations
@@ -173,11 +174,11 @@ def onpolicy_headlines(onpolicy: dict[str, Any]) -> dict[str, Any]:
 
 
 def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str], strong, light,
-                     judge, sampling, log, strong_dir: Path | None = None) -> dict[str, Any]:
+                     judge, sampling, log, score_map=None) -> dict[str, Any]:
     """Each RM's Spearman vs gold on `onpolicy_k` fresh SFT samples per ppo-split prompt at
-    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py); and the
-    strong-to-light score map Level 2 puts escalated rewards on the light scale with, fitted on
-    these samples both RMs scored and saved into `strong_dir` (pipeline/reward/score_map.py)."""
+    PPO's sampling settings, overall and within a prompt (pipeline/reward/onpolicy.py); and how
+    the strong-to-light `score_map` the reward stage fitted (pipeline/reward/score_map.py) fits
+    these samples, which it was not fitted on."""
     from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.policy import engine_on
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
@@ -208,12 +209,8 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
         out[name]["hacks"] = hack_probe(probe_p, probe_r,
                                         lambda ps, rs, s=scorer: s(ps, rs)[0].tolist(), judge,
                                         seed=cfg.seed + 9)
-    if strong_dir is not None and len(data) >= 4:
-        from rlhf.pipeline.reward.score_map import ScoreMap
-
-        smap = ScoreMap.fit(scored["strong"], scored["light"])
-        smap.save(strong_dir)
-        out["score_map"] = smap.report(scored["strong"], scored["light"])
+    if score_map is not None and len(data):
+        out["score_map"] = score_map.report(scored["strong"], scored["light"])
     return out
 
 

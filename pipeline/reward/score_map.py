@@ -4,7 +4,8 @@ Level 2 (seed 001 §4.1) re-scores a few rollouts of a batch with the strong RM.
 compares the rewards of one batch, so an escalated sample's strong score must mean what its
 batch-mates' light scores mean: without a map, two scales mixed in one batch cut the held-out
 gold gain from +0.110 to +0.043. The map is fitted on samples both RMs scored (the
-reward stage's on-policy SFT samples, `onpolicy_figures`) by quantile matching: the strong
+reward stage's distillation rollouts, SFT samples drawn as PPO draws them: `fit_on_rollouts`) by
+quantile matching: the strong
 score's quantile in the strong RM's distribution is sent to the same quantile of the light RM's,
 
     f(s) = F_light^-1(F_strong(s)),
@@ -105,3 +106,17 @@ class ScoreMap:
                 "spearman_mapped_vs_light": spearman(list(mapped), list(t)),
                 "mean_mapped": float(mapped.mean()), "mean_light": float(t.mean()),
                 "std_mapped": float(mapped.std()), "std_light": float(t.std())}
+
+
+def fit_on_rollouts(strong_scores: Sequence[float], light, prompts: Sequence[str],
+                    responses: Sequence[str], strong_dir: str | Path) -> dict:
+    """The reward stage's map: fitted on the distillation set's SFT samples (drawn as PPO draws
+    them) that the strong RM labelled, scored by the distilled `light` scorer; saved into
+    `strong_dir`. -> its report on those samples (`make report` checks it on fresh on-policy
+    samples: reward/figures.py)."""
+    if len(responses) < 4:
+        return {"skipped": "fewer than 4 SFT samples in the distillation set"}
+    light_scores = [float(x) for x in light(list(prompts), list(responses))[0]]
+    smap = ScoreMap.fit(strong_scores, light_scores)
+    smap.save(strong_dir)
+    return smap.report(strong_scores, light_scores)

@@ -8,12 +8,14 @@
 2. References (each member's mean score of the SFT policy's responses) and the confidence
    temperature (fitted on one half of the held-out pairs); save `rm_strong` (scorer folder).
 3. Sample rollouts from the SFT policy on pool prompts, label them with the strong ensemble and
-   distil the light RM (seed 001 §4.2); save `rm_light`.
-4. Report (reward/report.py): held-out pairwise accuracy (vs the annotators and vs the gold judge), accuracy by
-   confidence bin, Spearman against the gold judge on fresh samples of unseen (eval-split)
-   prompts (seed 001 §5.1: below 0.7 means overfit), light-vs-strong Spearman, sizes and the
-   speed ratio, annotator drift by time window, and an RM trained and tested on the hh-rlhf
-   pairs (the file's own train/test split).
+   distil the light RM (seed 001 §4.2); save `rm_light`; fit the strong-to-light score map on
+   the rollouts and save it with `rm_strong`.
+4. Report (reward/report.py): held-out pairwise accuracy (vs the annotators and vs the gold
+   judge), accuracy by confidence bin, annotator drift by time window, and (`external_rm`) an
+   RM trained and tested on the hh-rlhf pairs (the file's own train/test split).
+
+The figures no later stage reads (each RM vs gold on fresh and on-policy samples, light vs
+strong, the speed ratio, the hacked-twin probe) are `make report`'s: reward/figures.py.
 
     rlhf reward --preferences artifacts/store/preferences --sft artifacts/models/sft \
         --pool artifacts/store/pool --out-strong artifacts/models/rm_strong \
@@ -34,13 +36,8 @@ from typing import Any, Literal
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
-from rlhf.pipeline.reward.keep import (
-    MARK,
-    checkpoints_of,
-    fingerprint,
-    folder_digest,
-    kept_or_trained,
-)
+from rlhf.pipeline.reward.ensemble import member_checkpoints, save_tokenizer, train_strong
+from rlhf.pipeline.reward.keep import fingerprint, folder_digest, kept_or_trained
 
 # the report's steps (reward/report.py); bench/ imports fresh_samples and spearman from here
 from rlhf.pipeline.reward.report import (  # noqa: F401
@@ -50,10 +47,7 @@ from rlhf.pipeline.reward.report import (  # noqa: F401
     _pair_margins,
     annotator_drift,
     external_accuracy,
-    fresh_figures,
     fresh_samples,
-    onpolicy_figures,
-    onpolicy_headlines,
     spearman,
 )
 from rlhf.pipeline.reward.train import RmTrainConfig
@@ -129,16 +123,6 @@ class RewardConfig:
 # small helpers
 
 
-def _bootstrap(pairs: list[dict], seed: int) -> list[dict]:
-    """Resample prompts with replacement (all pairs of a drawn prompt come along)."""
-    by_prompt: dict[str, list[dict]] = defaultdict(list)
-    for p in pairs:
-        by_prompt[p["prompt_id"]].append(p)
-    keys = sorted(by_prompt)
-    rng = random.Random(seed)
-    return [p for _ in keys for p in by_prompt[rng.choice(keys)]]
-
-
 def _other_prompts(pool_dir, demos_path, exclude: set[str]) -> tuple[list[str], list[str]]:
     """(rollout prompts, eval prompts): the pool's ppo and eval splits, or, without a pool, the
     demonstration prompts not used for preferences, split in two by hash."""
@@ -195,10 +179,11 @@ def hack_pairs(cfg: RewardConfig, ann_rows: Sequence[dict], judge) -> list[dict]
 
 def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[str],
                 ann_rows: Sequence[dict], demos_path, sampling=None
-                ) -> tuple[list[str], list[str], list[list[int]]]:
-    """(prompts, responses, groups) the light RM is distilled on: `rollout_k` SFT samples plus
-    `distill_demo_candidates` topic demonstrations per rollout prompt, and every training
-    ranking's responses (SFT rollouts too).
+                ) -> tuple[list[str], list[str], list[list[int]], list[int]]:
+    """(prompts, responses, groups, policy) the light RM is distilled on: `rollout_k` SFT
+    samples plus `distill_demo_candidates` topic demonstrations per rollout prompt, and every
+    training ranking's responses (SFT rollouts too); `policy`: the indices of the SFT samples
+    (the ones drawn as PPO draws them, without their hacked twins).
 
     The SFT samples are drawn as PPO will draw them (`sampling`, generation.Sampling; None: this
     section's temperature, top-p 1), and a prompt's samples form a listwise group of their own,
@@ -216,6 +201,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
     d_prompts: list[str] = []
     d_resps: list[str] = []
     groups: list[list[int]] = []
+    policy_idx: list[int] = []
     if cfg.distill_demo_candidates:
         if demos_path is None:
             raise ValueError("reward.distill_demo_candidates needs --demos")
@@ -228,6 +214,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
     rng = random.Random(cfg.seed + 17)
     for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
         own = [s.response for s in ss]
+        policy_idx += range(len(d_prompts), len(d_prompts) + len(own))
         if cfg.distill_hacks and own:
             from rlhf.pipeline.reward.augment import HACKS
 
@@ -249,7 +236,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
         groups.append(list(range(len(d_prompts), len(d_prompts) + len(rs))))
         d_prompts += [r["prompt"] for r in rs]
         d_resps += [r["response"] for r in rs]
-    return d_prompts, d_resps, groups
+    return d_prompts, d_resps, groups, policy_idx
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,76 +282,6 @@ def training_data(cfg: RewardConfig, preferences_dir, judge) -> TrainingData:
     return TrainingData(rows, ann_rows, train_pairs, held_pairs, {
         "n_train_pairs": len(train_pairs), "n_heldout_pairs": len(held_pairs),
         "n_adversarial_pairs": len(extra), "n_hack_pairs": len(hacks)})
-
-
-# a strong member's kept folder is complete once this file is in it (reward/keep.py)
-MEMBER_MARK = MARK
-member_checkpoints = checkpoints_of  # the hidden sibling of the strong RM folder
-
-
-def _members_fingerprint(cfg: RewardConfig, init: str, train_pairs: list[dict],
-                         precision: str) -> str:
-    """What the members are trained from: a checkpoint of other inputs is never loaded."""
-    import hashlib
-
-    from rlhf.pipeline.config import effective
-
-    pairs = hashlib.sha256(json.dumps(train_pairs, sort_keys=True, default=str).encode())
-    return json.dumps({"train": effective(cfg.train), "seed": cfg.seed, "init": init,
-                       "bootstrap": cfg.bootstrap, "n_ensemble": cfg.n_ensemble,
-                       "precision": precision, "train_pairs_sha256": pairs.hexdigest()},
-                      sort_keys=True)
-
-
-def save_tokenizer(tok, folder: Path) -> None:
-    """`tok.save_pretrained(folder)` without the padding and truncation a fast tokenizer's
-    backend carries: a tokenizer.json may ship with them (all-MiniLM-L6-v2's: fixed 128), and
-    the first encode clears them, so a member trained here and one loaded from its checkpoint
-    by a resumed run (whose tokenizer never encoded) would save different bytes."""
-    backend = getattr(tok, "backend_tokenizer", None)
-    if backend is not None:
-        backend.no_padding()
-        backend.no_truncation()
-    tok.save_pretrained(folder)
-
-
-def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
-                 log, precision: str = "fp32", checkpoints: Path | None = None,
-                 trackers=None, compute=None) -> tuple[list, list[str]]:
-    """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
-    With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
-    found there complete and trained from the same inputs is loaded, not retrained."""
-    from rlhf.pipeline.reward.train import init_rm, train_rm
-
-    members_fp = _members_fingerprint(cfg, init, train_pairs, precision)
-    if checkpoints is not None:  # kept models of other inputs: cleared at once
-        stamp = checkpoints / "inputs.json"
-        if not stamp.is_file() or stamp.read_text() != members_fp:
-            shutil.rmtree(checkpoints, ignore_errors=True)
-            checkpoints.mkdir(parents=True)
-            stamp.write_text(members_fp)
-    members, names = [], []
-    for i in range(cfg.n_ensemble):
-        name = f"member_{i}"
-
-        def train(i: int = i):
-            log(f"training strong RM member {i + 1}/{cfg.n_ensemble}")
-            data = (_bootstrap(train_pairs, cfg.seed + 1000 + i)
-                    if cfg.bootstrap and cfg.n_ensemble > 1 else train_pairs)
-            model, history = train_rm(init_rm(init, seed=cfg.seed + i, compute=compute), tok,
-                                      data, cfg.train,
-                                      seed=cfg.seed + i, precision=precision)
-            if trackers is not None:
-                trackers.log_history(f"reward/member_{i}", history)
-            return model, {}
-
-        model, _, _ = kept_or_trained(checkpoints, name, fingerprint([members_fp, name]), train,
-                                      log, f"strong RM member {i + 1}/{cfg.n_ensemble}", compute)
-        model.save_pretrained(folder / name)
-        save_tokenizer(tok, folder / name)
-        members.append(model)
-        names.append(name)
-    return members, names
 
 
 def _calibration_halves(held_pairs: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -429,7 +346,9 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
                   ppo_sampling, folder: Path, out_strong: Path, log,
                   checkpoints: Path | None = None, trackers=None, compute=None):
     """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
-    on them, its reference and temperature; saved to `folder`. Returns (light scorer, report).
+    on them, its reference and temperature; saved to `folder`; the strong-to-light score map
+    fitted on the rollouts (score_map.fit_on_rollouts), saved beside the strong members. Returns (light
+    scorer, report).
     With `checkpoints`, the distilled model is kept there (reward/keep.py) and a rerun after a
     kill loads it instead of distilling again."""
     from rlhf.pipeline.config import effective
@@ -441,8 +360,8 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     # scorer memoises what it scored, and a text scored in another batch can differ in its last
     # bits, so skipping them would change the figures the report scores later
     log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
-    d_prompts, d_resps, groups = distill_set(cfg, policy, ptok, rollout_prompts, data.ann_rows,
-                                             demos_path, ppo_sampling)
+    d_prompts, d_resps, groups, on_policy = distill_set(cfg, policy, ptok, rollout_prompts,
+                                                        data.ann_rows, demos_path, ppo_sampling)
     targets, _ = strong(d_prompts, d_resps)
     ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
 
@@ -478,7 +397,13 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     save_scorer(folder, ["."], [light_ref], light.temperature, "mean", cfg.train.max_length,
                 {"kind": "light", "n_params": light.n_params, "distilled_from": str(out_strong)},
                 strong.precision, gate=cfg.confidence_gate)
+    from rlhf.pipeline.reward.score_map import fit_on_rollouts
+
+    score_map = fit_on_rollouts([float(targets[i]) for i in on_policy], light,
+                                [d_prompts[i] for i in on_policy], [d_resps[i] for i in on_policy],
+                                strong_member.parent)
     return light, {
+        "score_map": score_map,
         "light_train_seconds": seconds,
         "n_distill_samples": len(ids),
         **trained,
@@ -510,8 +435,8 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         tracking=None, compute=None) -> dict[str, Any]:
     """Train, calibrate, distil and report, step by step (the functions above, in order); the
     report's `phase_seconds` times each. `ppo_sampling` (generation.Sampling): how PPO will
-    sample (the ppo section's temperature / top_p / max_new_tokens), for the on-policy figures;
-    None: this section's temperature, top-p 1. `tracking` (params.yaml `tracking`; None: no
+    sample (the ppo section's temperature / top_p / max_new_tokens), for the distillation
+    rollouts; None: this section's temperature, top-p 1. `tracking` (params.yaml `tracking`; None: no
     tracker): the trackers that get each member's and the light RM's training losses, then the
     report's figures (files in `tracking.logs_dir(out_strong, "reward")`). `compute`: where and
     in what dtype the RMs train and score and the SFT policy samples (pipeline/compute.py; None:
@@ -557,19 +482,12 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
         metrics.update(report)
         policy, ptok = load_policy(sft_dir, compute)
         exclude = {r["prompt_id"] for r in data.ann_rows}
-        rollout_prompts, eval_prompts = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
-        light, report = step("light_distillation", distill_light, cfg, strong,
+        rollout_prompts, _ = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
+        _, report = step("light_distillation", distill_light, cfg, strong,
                              strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
                              data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
                              member_checkpoints(out_strong), trackers, compute)
         metrics.update(report)
-        metrics.update(step("fresh_figures", fresh_figures, cfg, strong, light, policy, ptok,
-                            eval_prompts, demos_path, judge, log))
-        if cfg.onpolicy_k:  # on PPO's own distribution: SFT samples as PPO samples them
-            metrics["onpolicy"] = step("onpolicy_figures", onpolicy_figures, cfg, policy, ptok,
-                                       rollout_prompts, strong, light, judge, ppo_sampling, log,
-                                       strong_dir)
-            metrics.update(onpolicy_headlines(metrics["onpolicy"]))
         metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
         metrics["external"] = (
             step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log,

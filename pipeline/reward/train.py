@@ -13,10 +13,11 @@ hub name. `bench/rm_backbone.py` measures the choice. Texts are tokenized with t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlhf.pipeline.lora import LoraConfig
 from rlhf.pipeline.reward.scorer import autocast, batch_scores, encode_pairs, fp32_head
 
 
@@ -31,6 +32,8 @@ class RmTrainConfig:
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     center_rewards_coefficient: float = 0.01  # keeps scores near 0 (arXiv 2312.09244 eq. 2)
+    # LoRA adapters on the backbone (the score head trained whole), merged into the returned RM
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self):
         if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
@@ -133,7 +136,8 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     once. On the embedded default's 1,265 training pairs that is 906 texts an epoch instead of
     the 2,530 the pairwise RewardTrainer scored (docs/README.md).
     `precision` "bf16": forward and backward under bf16 autocast, the head, the weights and the
-    optimiser state float32 (scorer.autocast, scorer.fp32_head)."""
+    optimiser state float32 (scorer.autocast, scorer.fp32_head). `cfg.lora` on: only adapters
+    and the head train; the returned model has them merged."""
     import math
     import random
 
@@ -153,6 +157,10 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
         tokenizer.pad_token = tokenizer.eos_token
     pad = tokenizer.pad_token_id
     model.config.pad_token_id = pad
+    if cfg.lora.enabled:  # peft freezes the backbone; SEQ_CLS keeps the score head trainable
+        from rlhf.pipeline.lora import wrap
+
+        model = wrap(model, cfg.lora, "SEQ_CLS", "reward.train.lora")
     texts, chosen, rejected = distinct_texts(pairs)
     ids = encode_texts(tokenizer, [t[0] for t in texts], [t[1] for t in texts], cfg.max_length)
     rng = random.Random(seed)
@@ -202,4 +210,6 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
                             "pairs": len(batch), "learning_rate": sched.get_last_lr()[0]})
             advance(1)
     model.eval()
+    if cfg.lora.enabled:  # a plain sequence classifier again: every scorer loads it as before
+        model = model.merge_and_unload()
     return model, log
