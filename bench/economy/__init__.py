@@ -7,9 +7,9 @@ arm by arm, seed by seed, written to BENCHMARKS.md. Run from the repository root
 The modules: `arms` (the arms and their switches), `prepare` (the setup every job shares),
 `results` (a job's saved result, its spec and provenance), `job` (one arm x seed trained and
 scored), `driver` (the command line and the job scheduler), `dvc_stages` (bench/dvc.yaml, `make
-bench`), `report` and `figures` (BENCHMARKS.md), `stats` (its arithmetic), `peers` (TRL's GRPO
-and RLOO), `sample`, `schedule` and `tiers` (the features' own figures), `world` (the --quick
-world).
+bench`), `report` and `figures` (BENCHMARKS.md), `stats` (its arithmetic), `freshness` (were its
+inputs `make run`'s), `peers` (TRL's GRPO and RLOO), `sample`, `schedule` and `tiers` (the
+features' own figures), `world` (the --quick world).
 """
 
 import os
