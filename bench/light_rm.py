@@ -45,7 +45,7 @@ def main() -> None:
 
     import torch
     from rlhf.pipeline.config import load_config
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.distill import build_light, distill
     from rlhf.pipeline.reward.scorer import Scorer, encode_texts, load_scorer
     from rlhf.pipeline.reward.stage import (

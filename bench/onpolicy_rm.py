@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from rlhf.pipeline.config import load_config
-    from rlhf.pipeline.policy import load_policy, quiet_hf
+    from rlhf.pipeline.models.policy import load_policy, quiet_hf
     from rlhf.pipeline.ppo.scoring import load_scorer
     from rlhf.pipeline.reward.augment import hack_probe
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set

@@ -43,7 +43,7 @@ N_PROMPTS = 64
 def build_world(root: Path, sft: Path | None) -> dict:
     """Policy, RM and formatted prompts under `root`; the architecture of `sft` when given."""
     import torch
-    from rlhf.pipeline.text import format_prompt
+    from rlhf.pipeline.models.text import format_prompt
     from transformers import (
         AutoConfig,
         AutoTokenizer,

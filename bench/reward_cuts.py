@@ -120,7 +120,7 @@ def main() -> int:
     import torch
 
     from rlhf.pipeline.config import load_config
-    from rlhf.pipeline.policy import load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.scorer import encode_texts
     from rlhf.pipeline.reward.stage import training_data
     from rlhf.pipeline.reward.train import distinct_texts, resolve_backbone

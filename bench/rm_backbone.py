@@ -40,7 +40,7 @@ def main() -> None:
 
     import torch
     from rlhf.pipeline.config import load_config
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.scorer import Scorer
     from rlhf.pipeline.reward.stage import (

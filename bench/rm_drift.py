@@ -6,7 +6,7 @@ can re-label for RM evolution).
     cd <a clone after make run> && .venv/bin/python <repo>/bench/rm_drift.py
 """
 def main() -> None:
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.ppo.samplers import load_prompts
     from rlhf.pipeline.reward import load_scorer
     from rlhf.pipeline.reward.onpolicy import onpolicy_set, spearman

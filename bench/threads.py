@@ -68,7 +68,7 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
         from trl import SFTConfig, SFTTrainer
 
         from rlhf.pipeline.sft import SftConfig, _to_dataset, build_model, read_demonstrations
-        from rlhf.pipeline.policy import quiet_trainer
+        from rlhf.pipeline.models.policy import quiet_trainer
 
         world = artifacts / "world"
         cfg = SftConfig()
@@ -89,7 +89,7 @@ def _one(work: str, threads: int, artifacts: Path, repeats: int) -> dict:
         return {"work": work, "threads": threads,
                 "seconds": round((time.perf_counter() - t) / (repeats + 1), 4)}  # a mean
     else:
-        from rlhf.pipeline.policy import load_policy, sample
+        from rlhf.pipeline.models.policy import load_policy, sample
 
         policy, tok = load_policy(artifacts / "models" / "sft")
         prompts = ["Explain how the water cycle works."] * 16

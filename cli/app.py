@@ -38,7 +38,8 @@ app.add_typer(params_app, name="params")
 def _setup() -> None:
     """Every command: progress bars on, library bars and unactionable warnings off."""
     from rlhf.cli.common import forget_params_read
-    from rlhf.pipeline import progress, text
+    from rlhf.pipeline import progress
+    from rlhf.pipeline.models import text
 
     forget_params_read()
     text.use_prompt_format("auto")  # a command that renders prompts reads its own (text:)

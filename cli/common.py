@@ -102,10 +102,10 @@ def load_config(params: Path, section: str, fields: tuple[str, ...] | None = Non
 
 
 def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
-    """The judge the params file's `judge:` section names (pipeline/judges.py), its RM loaded
+    """The judge the params file's `judge:` section names (pipeline/models/judges.py), its RM loaded
     from `judge_model` (a stage's --judge-model) where the kind needs one; a bad section or an
     RM that cannot load is one error line."""
-    from rlhf.pipeline.judges import load_judge
+    from rlhf.pipeline.models.judges import load_judge
 
     cfg = load_config(params, "judge")
     # the world's gold judge runs no model: the compute section is read for an RM judge only
@@ -118,8 +118,8 @@ def judge_or_fail(params: Path, judge_model: Path | None = None) -> Any:
 
 def use_text_format(params: Path) -> None:
     """Render every prompt this command encodes in the params file's `text.prompt_format`
-    (pipeline/text.py: a tokenizer's chat template, or the plain "Human: ... Assistant:")."""
-    from rlhf.pipeline.text import use_prompt_format
+    (pipeline/models/text.py: a tokenizer's chat template, or the plain "Human: ... Assistant:")."""
+    from rlhf.pipeline.models.text import use_prompt_format
 
     use_prompt_format(load_config(params, "text").prompt_format)
 
@@ -138,10 +138,10 @@ def tracking_or_fail(params: Path) -> Any:
 
 
 def compute_or_fail(params: Path, stage: str) -> Any:
-    """What `stage` runs its models on (pipeline/compute.py): the params file's `compute:`
+    """What `stage` runs its models on (pipeline/models/compute.py): the params file's `compute:`
     section, the stage's own entry merged, resolved on this machine; a device or dtype this
     machine cannot give is one error line."""
-    from rlhf.pipeline.compute import ComputeError, resolve
+    from rlhf.pipeline.models.compute import ComputeError, resolve
 
     cfg = load_config(params, "compute")
     try:

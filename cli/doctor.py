@@ -128,7 +128,7 @@ def padded_batch_check(implementation: str, reference: str = "sdpa", device: str
 
 def _attention_status() -> str:
     """The padded-batch check for the attention `compute: auto` gives here (compute.resolve)."""
-    from rlhf.pipeline.compute import resolve
+    from rlhf.pipeline.models.compute import resolve
 
     auto = resolve()
     impl, device, dtype = auto.attn_implementation or "sdpa", auto.device, auto.dtype
@@ -162,7 +162,7 @@ def compute_rows(params: Path) -> list[tuple[str, str]]:
     """(component, status) rows: what `compute: auto` resolves to on this machine and why, then
     each stage's own resolution where the params file's `compute` section sets something else
     (an error there is its row, not a crash)."""
-    from rlhf.pipeline.compute import STAGES, ComputeConfig, ComputeError, resolve
+    from rlhf.pipeline.models.compute import STAGES, ComputeConfig, ComputeError, resolve
     from rlhf.pipeline.config import ConfigError, load_section
 
     auto = resolve()

@@ -39,7 +39,7 @@ def eval_cmd(
     compute = compute_or_fail(params, "eval")
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
-    from rlhf.pipeline import model_folders as mf
+    from rlhf.pipeline.models import model_folders as mf
 
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
         mf.check_policy(sft, "--sft")

@@ -77,7 +77,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     latest = out / "checkpoints" / "latest"
     if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    from rlhf.pipeline import model_folders as mf
+    from rlhf.pipeline.models import model_folders as mf
     from rlhf.pipeline.ppo import code_rewards
 
     _check_reward(cfg, reward)

@@ -42,7 +42,7 @@ def _need_dir(path: Path | None, what: str) -> None:
 def _need_model(kind: str, path: Path | None, what: str) -> None:
     """Fail with one error line naming `path` unless it is a readable model folder of `kind`
     (policy, scorer, tokenizer, model_config): missing, truncated or the wrong kind."""
-    from rlhf.pipeline import model_folders as mf
+    from rlhf.pipeline.models import model_folders as mf
 
     checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
               "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
@@ -431,7 +431,7 @@ def judge(
     report_path: Path | None = REPORT,
 ) -> None:
     """Train the held-out gold RM (judge.kind heldout_rm) on the `gold` split of the labels."""
-    from rlhf.pipeline.judges import train_heldout_judge
+    from rlhf.pipeline.models.judges import train_heldout_judge
 
     cfg = load_config(params, "judge")
     use_text_format(params)

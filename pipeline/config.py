@@ -38,11 +38,11 @@ SECTIONS: dict[str, str] = {
     "difficulty": "rlhf.pipeline.difficulty:DifficultyConfig",
     "router": "rlhf.pipeline.route:RouterConfig",
     "eval": "rlhf.pipeline.eval:EvalConfig",
-    "judge": "rlhf.pipeline.judges:JudgeConfig",
+    "judge": "rlhf.pipeline.models.judges:JudgeConfig",
     "demos": "rlhf.pipeline.demos:DemosConfig",
     "tracking": "rlhf.pipeline.tracking:TrackingConfig",
-    "text": "rlhf.pipeline.text:TextConfig",
-    "compute": "rlhf.pipeline.compute:ComputeConfig",
+    "text": "rlhf.pipeline.models.text:TextConfig",
+    "compute": "rlhf.pipeline.models.compute:ComputeConfig",
 }
 
 

@@ -131,7 +131,7 @@ def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
     if demos_path is None:
         raise ValueError("give --pool (a pool table folder) or --demos")
     from rlhf.pipeline.sft import read_demonstrations
-    from rlhf.pipeline.text import clean
+    from rlhf.pipeline.models.text import clean
     from rlhf.store.hashing import content_hash
 
     topic_of: dict[str, str] = {}
@@ -147,9 +147,9 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         out_dir: str | Path, pool_dir: str | Path | None = None,
         demos_path: str | Path | None = None, progress=None, compute=None) -> dict[str, Any]:
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets.
-    `compute`: the policy's and the RM's device and dtype (pipeline/compute.py; None: float32 on
+    `compute`: the policy's and the RM's device and dtype (pipeline/models/compute.py; None: float32 on
     the CPU)."""
-    from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
+    from rlhf.pipeline.models.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.pipeline.reward.scorer import load_scorer
     from rlhf.store.io import staged_folders, write_shard
 

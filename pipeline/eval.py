@@ -8,7 +8,7 @@ model overoptimization": gold and proxy reward against sqrt(KL) to the reference
 
 Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved),
 on the held-out prompts (every member of the eval-split clusters, pipeline/heldout_prompts.py):
-the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/judges.py;
+the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/models/judges.py;
 the report and the metrics name it), light and strong RM means, win rate against SFT by the judge
 (ties count one half), KL(policy || SFT reference) per response, response length, repetition rate.
 
@@ -126,12 +126,12 @@ def checkpoint_steps(ppo_dir: str | Path, wanted: tuple[int, ...] = ()) -> list[
 
 def load_checkpoint_policy(sft_path: str | Path, folder: Path, compute=None):
     """A PPO checkpoint as a model: a save_pretrained folder, or the trainer's policy.pt state
-    dict loaded into the SFT architecture; in `compute`'s device and dtype (pipeline/compute.py;
+    dict loaded into the SFT architecture; in `compute`'s device and dtype (pipeline/models/compute.py;
     None: float32 on the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlhf.pipeline.compute import load_pretrained
+    from rlhf.pipeline.models.compute import load_pretrained
 
     if (folder / "config.json").is_file():
         return load_pretrained(AutoModelForCausalLM, folder, compute, "checkpoint").eval()
@@ -152,7 +152,7 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     from rlhf.pipeline.decode import (Sampling, cut_at_eos, encode_prompts, get_generator,
                                       pad_responses, resolve_engine, response_logits)
     from rlhf.pipeline.ppo import core
-    from rlhf.pipeline.text import response_of
+    from rlhf.pipeline.models.text import response_of
 
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     settings = Sampling(temperature, top_p, cfg.max_new_tokens)
@@ -199,11 +199,11 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
              top_p: float, progress: bool = True, judge=None,
              compute=None) -> tuple[list[dict], list[dict]]:
     """(curve rows, sample rows): every policy sampled on every prompt and scored; `judge` a
-    pipeline/judges.Judge (None: the world's gold judge); `compute` the models' device and dtype
-    (pipeline/compute.py; None: the CPU, as before)."""
+    pipeline/models/judges.Judge (None: the world's gold judge); `compute` the models' device and dtype
+    (pipeline/models/compute.py; None: the CPU, as before)."""
     import torch
-    from rlhf.pipeline.judges import WorldGoldJudge, score_all
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
+    from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.ppo.scoring import load_scorer
 
     judge = judge if judge is not None else WorldGoldJudge()
@@ -371,7 +371,7 @@ def write_report(rows: list[dict], n_prompts: int, sampling: dict, path: Path,
     peak = max(rows, key=lambda r: r["gold_mean"])
     lines = [
         "# Evaluation: SFT vs PPO checkpoints on held-out prompts", "",
-        (f"Judge: `{judge_name}` (params.yaml `judge:`, pipeline/judges.py); `gold_mean` and the "
+        (f"Judge: `{judge_name}` (params.yaml `judge:`, pipeline/models/judges.py); `gold_mean` and the "
          "win rate are its verdict."), "",
         (f"{n_prompts} held-out prompts (eval-split clusters), one sampled response per prompt "
         f"and policy (temperature {sampling['temperature']}, top-p {sampling['top_p']}, "
@@ -409,10 +409,10 @@ def run(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_rm: st
         temperature: float, top_p: float, progress: bool = True, judge=None,
         compute=None) -> dict:
     """Evaluate, write every output under `out`, return the metrics (for artifacts/metrics);
-    `judge`: a pipeline/judges.Judge (None: the world's gold judge); `compute`: the models'
-    device and dtype (pipeline/compute.py)."""
-    from rlhf.pipeline.judges import WorldGoldJudge
-    from rlhf.pipeline.policy import quiet_hf
+    `judge`: a pipeline/models/judges.Judge (None: the world's gold judge); `compute`: the models'
+    device and dtype (pipeline/models/compute.py)."""
+    from rlhf.pipeline.models.judges import WorldGoldJudge
+    from rlhf.pipeline.models.policy import quiet_hf
     from rlhf.store.io import staged_folders
 
     judge = judge if judge is not None else WorldGoldJudge()

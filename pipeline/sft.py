@@ -2,7 +2,7 @@
 
 Embedded default (`sft.base_model: ""`): a Llama-style model built from scratch from the world's
 `model_config/` and `tokenizer/`, trained on `demonstrations.jsonl` as prompt/completion pairs
-rendered by `rlhf.pipeline.text` (loss on the response tokens only; a tokenizer with a chat
+rendered by `rlhf.pipeline.models.text` (loss on the response tokens only; a tokenizer with a chat
 template gets the conversation as messages, which TRL renders with that template). Otherwise
 `base_model` names any causal LM (hub name or local path) to fine-tune, fully or with LoRA
 (`sft.lora: true`, needs `pip install peft`). Output: a `save_pretrained` checkpoint (model +
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipeline.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
+from rlhf.pipeline.models.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
 from rlhf.store.hashing import hashed_split
 
 
@@ -110,10 +110,10 @@ def _to_dataset(rows, tok):
 def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
                 model_config_path: str | Path | None, compute=None):
     """(model, tokenizer): from scratch for the embedded default, else from `base_model`; its
-    weights in `compute`'s dtype (pipeline/compute.py; None: float32)."""
+    weights in `compute`'s dtype (pipeline/models/compute.py; None: float32)."""
     import torch
-    from rlhf.pipeline.compute import model_kwargs, note_cast
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.compute import model_kwargs, note_cast
+    from rlhf.pipeline.models.policy import load_tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = model_kwargs(compute)["dtype"]
@@ -232,7 +232,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               model_config_path: str | Path | None = None, trackers=None,
               compute=None) -> dict[str, Any]:
     """Train with TRL's SFTTrainer and save the model + tokenizer to `out_dir`; returns metrics.
-    `compute` (pipeline/compute.py; None: what `auto` gives here): the device, the weights'
+    `compute` (pipeline/models/compute.py; None: what `auto` gives here): the device, the weights'
     dtype (recorded in the saved config.json's `dtype`), the attention while training (the
     saved model loads with the library's default) and gradient checkpointing.
 
@@ -241,8 +241,8 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
     tokenizer, model shape), else starts over. The folder is removed once the policy is saved.
     `trackers` (tracking.Trackers) get every step's loss and learning rate."""
     import torch
-    from rlhf.pipeline.compute import resolve
-    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
+    from rlhf.pipeline.models.compute import resolve
+    from rlhf.pipeline.models.policy import quiet_hf, quiet_trainer
     from transformers import set_seed
     from trl import SFTConfig
 
@@ -323,7 +323,7 @@ def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
 def judge_policy(model, tok, prompts: list[str], judge: Callable[[str, str], float],
                  cfg: SftConfig) -> dict[str, float]:
     """The gold judge's mean score (0-5) of one sampled response per held-out prompt."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     if not prompts:
         return {"gold_mean": float("nan"), "n_judged": 0}
@@ -348,7 +348,7 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
     the values of the section it ran with). `tracking` (params.yaml `tracking`; None: no
     tracker): the trackers that get each step's loss and, at the last step, the report's
     figures; their files go to `tracking.logs_dir(out_dir, "sft")`. `compute`: where and in
-    what dtype it trains and samples (pipeline/compute.py; None: what `auto` gives here)."""
+    what dtype it trains and samples (pipeline/models/compute.py; None: what `auto` gives here)."""
     from rlhf.pipeline import tracking as tr
     from rlhf.pipeline.config import effective
 
@@ -367,11 +367,11 @@ def run(cfg: SftConfig, demos_path: str | Path, out_dir: str | Path,
 def _judged(cfg: SftConfig, demos: list[dict], out_dir, tokenizer_path, model_config_path,
             judge, trackers, compute=None) -> dict[str, Any]:
     """Train and save the policy, then judge its samples of the held-out prompts."""
-    from rlhf.pipeline.compute import resolve
+    from rlhf.pipeline.models.compute import resolve
     from rlhf.pipeline.config import effective
 
     compute = compute or resolve(stage="sft")
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.policy import load_policy
 
     metrics = train_sft(cfg, demos, out_dir, tokenizer_path, model_config_path, trackers,
                         compute)

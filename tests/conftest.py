@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# one torch thread in every stage a test runs (pipeline/policy.set_threads): the suite's tiny
+# one torch thread in every stage a test runs (pipeline/models/policy.set_threads): the suite's tiny
 # models run faster so, and a stage that shares the cores with pytest crawls with two
 os.environ.setdefault("RLHF_TORCH_THREADS", "1")
 

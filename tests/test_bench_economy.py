@@ -111,7 +111,7 @@ def test_the_benchmark_reads_its_judge_from_params(tmp_path):
 
     import ppo_tiny
     from params_file import write_params
-    from rlhf.pipeline.judges import load_judge
+    from rlhf.pipeline.models.judges import load_judge
 
     rm = ppo_tiny.build_world(tmp_path / "w")["reward"]
     params = write_params(tmp_path / "p.yaml", judge={"kind": "rm", "model": str(rm)})

@@ -1,4 +1,4 @@
-"""Chat templates (pipeline/text.py): with a tokenizer that has one, the same conversation reaches
+"""Chat templates (pipeline/models/text.py): with a tokenizer that has one, the same conversation reaches
 the policy's generate input, the RM scorer and the judge exactly as `apply_chat_template`
 renders it; `text.prompt_format: plain` forces the "Human: ... Assistant:" format; the embedded
 world's tokenizer (no template) keeps today's strings. Tokenizers and models are built here."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlhf.pipeline import text
+from rlhf.pipeline.models import text
 from rlhf.pipeline.decode import encode_prompts
 from rlhf.pipeline.reward.scorer import Scorer, encode_texts
 
@@ -123,7 +123,7 @@ def test_the_policy_samples_after_the_templated_conversation(template):
     """policy.sample (the preferences, difficulty and reward stages' sampler) continues exactly
     the template's rendering: its greedy response is the one model.generate gives on
     apply_chat_template's ids."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = _tokenizer(template)
@@ -144,7 +144,7 @@ def test_the_policy_samples_after_the_templated_conversation(template):
 
 @pytest.mark.parametrize("template", [LLAMA3, CHATML], ids=["llama3", "chatml"])
 def test_the_judge_scores_the_templated_conversation(template, tmp_path):
-    from rlhf.pipeline.judges import RMJudge
+    from rlhf.pipeline.models.judges import RMJudge
 
     tok = _tokenizer(template)
     rm = _rm(tok, seed=1)

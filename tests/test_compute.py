@@ -1,4 +1,4 @@
-"""params.yaml `compute` (pipeline/compute.py): resolution is a pure function of the section and
+"""params.yaml `compute` (pipeline/models/compute.py): resolution is a pure function of the section and
 the machine; `auto` on a machine without CUDA is exactly the CPU float32 settings the stages used
 before the section existed; a device or dtype the machine cannot give is one error line; and every
 stage's load path puts its model's tensors in the dtype asked for (bf16 runs on a CPU), on tiny
@@ -11,7 +11,7 @@ import json
 import ppo_tiny
 import pytest
 import torch
-from rlhf.pipeline.compute import (STAGES, Compute, ComputeConfig, ComputeError, Machine,
+from rlhf.pipeline.models.compute import (STAGES, Compute, ComputeConfig, ComputeError, Machine,
                                    for_training, resolve)
 from rlhf.pipeline.config import ConfigError, build, load_config
 
@@ -117,7 +117,7 @@ def world(tmp_path_factory):
 def test_policy_loads_in_the_dtype_asked_for_and_samples(world, capsys):
     """preferences, difficulty, the reward stage's rollouts, sft's judged samples and eval's
     reference all load through policy.load_policy."""
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.models.policy import load_policy, sample
 
     model, tok = load_policy(world["policy"], BF16)
     assert _dtypes(model) == {torch.bfloat16}
@@ -150,7 +150,7 @@ def test_reward_models_load_and_score_in_the_dtype_asked_for(world):
 
 
 def test_the_judge_loads_its_rm_in_the_dtype_asked_for(world):
-    from rlhf.pipeline.judges import JudgeConfig, load_judge
+    from rlhf.pipeline.models.judges import JudgeConfig, load_judge
 
     judge = load_judge(JudgeConfig(kind="rm", model=str(world["strong_reward"] / "m0")),
                        compute=BF16)
@@ -203,7 +203,7 @@ def test_ppo_loads_its_policy_and_reference_in_the_dtype_asked_for(world):
 def test_sft_trains_in_bf16_and_its_saved_config_records_it(tmp_path):
     """sft in bfloat16 on the CPU with gradient checkpointing: the weights it saves are bf16 and
     config.json says so (`dtype`), which a later stage's load reads to say it casts."""
-    from rlhf.pipeline.compute import saved_dtype
+    from rlhf.pipeline.models.compute import saved_dtype
     from rlhf.pipeline.sft import SftConfig, build_model, train_sft
     from tiny_world import write_demonstrations, write_model_config, write_tokenizer
     from transformers import AutoTokenizer

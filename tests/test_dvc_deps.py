@@ -30,7 +30,7 @@ def test_the_stages_run_what_they_name():
     ppo = deps.derived(REPO, "rlhf ppo --out x", commands)
     assert {"pipeline/ppo", "pipeline/decode", "cli/ppo.py", "store/rollouts.py"} <= set(ppo)
     # the world stage never loads a judge: cli/common.py's loader names it, world's code does not
-    assert "pipeline/judges.py" not in deps.derived(REPO, "rlhf world generate", commands)
+    assert "pipeline/models/judges.py" not in deps.derived(REPO, "rlhf world generate", commands)
 
 
 def _copy_code(tmp: Path) -> Path:

@@ -222,7 +222,7 @@ def stopping_policy(tok, shift: float = -0.3):
 def test_policy_sample_greedy_native_equals_hf(world, n):
     """The sampling stages' seam (policy.sample): greedy `native` gives `hf`'s responses and
     log-probs, one or several per prompt, for fewer counted token-forwards."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     tok, _ = world
     model = stopping_policy(tok)
@@ -247,7 +247,7 @@ def test_policy_sample_n_per_prompt_repeats_rows_like_num_return_sequences(world
     model.generate(num_return_sequences=n) draws under the same seed; native samples n
     responses per prompt too, each with its own log-probs."""
     from rlhf.pipeline.decode import Sampling, cut_at_eos, encode_prompts, generate
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     tok, model = world
     got = sample(model, tok, PROMPTS[:4], n=3, max_new_tokens=6, temperature=0.9, seed=4,

@@ -58,7 +58,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
     from rlhf.pipeline.eval import sample_with_kl
     from rlhf.pipeline.decode import Sampling, get_generator
     from rlhf.pipeline.ppo import core
-    from rlhf.pipeline.text import format_prompt
+    from rlhf.pipeline.models.text import format_prompt
 
     tok = ppo_tiny.tokenizer()
     ref, pol = ppo_tiny.policy(tok), _perturbed(tok, 0.05, 1)

@@ -24,8 +24,8 @@ ALLOWED = {
     "pipeline/ppo/trainer.py": _WAVE.format("LoRA helper"),
     "pipeline/ppo/critic.py": _WAVE.format("LoRA helper"),
     "pipeline/decode/*": _WAVE.format("engine helper"),
-    "pipeline/text.py": _WAVE.format("compute/chat helpers"),
-    "pipeline/policy.py": _WAVE.format("compute/chat helpers"),
+    "pipeline/models/text.py": _WAVE.format("compute/chat helpers"),
+    "pipeline/models/policy.py": _WAVE.format("compute/chat helpers"),
     "pipeline/sft.py": _WAVE.format("compute/chat helpers"),
 }
 

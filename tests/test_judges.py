@@ -1,4 +1,4 @@
-"""The judge is a choice (pipeline/judges.py): `eval` run three times on the same tiny policies
+"""The judge is a choice (pipeline/models/judges.py): `eval` run three times on the same tiny policies
 with the world's gold judge, a held-out gold RM trained by `rlhf judge` on a gold split, and a
 sequence-classification RM the test saves, gives the same report structure, each naming its
 judge; the ppo stage's held-out figure takes the same judge object."""
@@ -93,8 +93,8 @@ def test_heldout_figure_takes_the_judge(tmp_path):
     it is given: the world default equals an explicit WorldGoldJudge, an RM judge's mean is the
     mean of that RM's scores of the same samples."""
     from rlhf.pipeline.decode import Sampling
-    from rlhf.pipeline.judges import JudgeConfig, WorldGoldJudge, load_judge
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.models.judges import JudgeConfig, WorldGoldJudge, load_judge
+    from rlhf.pipeline.models.policy import load_policy, sample
     from rlhf.pipeline.ppo.heldout_gold import gold_eval
 
     paths = ppo_tiny.build_world(tmp_path / "w")

@@ -88,7 +88,7 @@ def test_export_merge_turns_adapters_into_a_plain_model_with_the_adapted_logits(
 def test_reward_lora_trains_adapters_and_the_head_and_the_adapters_change_the_scores(tmp_path):
     """`reward.train.lora`: only the adapters and the fresh score head train; the returned RM is
     a plain classifier with them merged, and without the adapters its scores differ."""
-    from rlhf.pipeline.lora import LoraConfig
+    from rlhf.pipeline.models.lora import LoraConfig
     from rlhf.pipeline.reward.scorer import batch_scores, encode_texts
     from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, pairwise_loss, train_rm
     from tiny_world import toy_pairs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from params_file import write_params
 from rlhf.cli.app import app
-from rlhf.pipeline.model_folders import (
+from rlhf.pipeline.models.model_folders import (
     ModelFolderError,
     check_policy,
     check_ppo_run,
@@ -161,7 +161,7 @@ def test_truncated_ppo_checkpoint_and_missing_checkpoints(models, tmp_path):
 def test_the_loaders_run_the_checks(models, tmp_path):
     """load_policy / load_scorer (what preferences, reward, difficulty, eval and PPO call) give
     the same error, not safetensors' or transformers' traceback."""
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.reward.scorer import load_scorer
 
     p = _copy(models["policy"], tmp_path / "p")

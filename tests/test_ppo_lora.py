@@ -37,7 +37,7 @@ def test_off_by_default_and_our_code_imports_peft_only_when_on():
     own when it is installed, so a whole run cannot show this)."""
     assert PPOConfig().lora.enabled is False
     code = ("import sys\n"
-            "import rlhf.pipeline.ppo.trainer, rlhf.pipeline.ppo.checkpoint, rlhf.pipeline.lora\n"
+            "import rlhf.pipeline.ppo.trainer, rlhf.pipeline.ppo.checkpoint, rlhf.pipeline.models.lora\n"
             "import rlhf.pipeline.ppo.lora, rlhf.pipeline.reward.train, rlhf.pipeline.export\n"
             "from rlhf.pipeline.config import load_config\n"
             "cfg = load_config('params.yaml', 'ppo'); assert not cfg.lora.enabled\n"
@@ -116,7 +116,7 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
     from test_ppo_resume import _cmd, _env, _metrics, _rows, kill_at_first_checkpoint
     from transformers import AutoModelForCausalLM
 
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.policy import load_policy
 
     world = ppo_tiny.build_world(tmp_path / "world")
     params = ppo_tiny.write_params(tmp_path / "params.yaml", total_steps=4, checkpoint_every=2,

@@ -266,7 +266,7 @@ def test_policy_never_samples_the_pad_token(tmp_path):
 def test_grad_norm_diagnosis_is_warned_once_and_logged_every_step(tmp_path):
     # shift -1 decade: from the second step on, every step counts as "moved up" relative to the
     # reference, whatever the norms (0 relied on step 3's peak not falling below step 1's, which
-    # changed once prompts were rendered with pipeline/text.py)
+    # changed once prompts were rendered with pipeline/models/text.py)
     tr = make_trainer(tmp_path, total_steps=3, gradnorm_reference_steps=1,
                       gradnorm_shift_decades=-1.0)
     with pytest.warns(UserWarning, match="larger clip_range") as record:

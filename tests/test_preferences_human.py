@@ -109,7 +109,7 @@ def test_bad_labels_are_quarantined_with_reasons(store, tmp_path):
 
 def test_reward_trains_only_on_train_split_of_human_sources(store, tmp_path):
     """The proxy RMs read `train` (and `heldout` to calibrate), never `gold`; the held-out gold RM
-    reads only `gold` (pipeline/judges.train_heldout_judge)."""
+    reads only `gold` (pipeline/models/judges.train_heldout_judge)."""
     from rlhf.pipeline.preferences import PreferencesConfig, expand_pairs, run_human
     from rlhf.store.io import read_table
 

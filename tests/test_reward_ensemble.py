@@ -16,7 +16,7 @@ def _weights_digest(folder) -> str:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM
 
     d = tmp_path_factory.mktemp("ens")

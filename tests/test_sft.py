@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 import pytest
-from rlhf.pipeline.text import format_prompt, format_sample, response_of, split_dialogue
+from rlhf.pipeline.models.text import format_prompt, format_sample, response_of, split_dialogue
 from tiny_world import policy_metrics, toy_prompt, trained_policy
 
 
@@ -25,7 +25,7 @@ def test_split_dialogue():
 
 @pytest.mark.slow
 def test_sft_trains_saves_and_judges(tmp_path_factory):
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.models.policy import load_policy, sample
 
     d, out = trained_policy(tmp_path_factory)  # runs rlhf.pipeline.sft.run (shared, ~15 s)
     m = policy_metrics()

@@ -57,7 +57,7 @@ def test_difficulty_records_its_engine_and_native_costs_less(tiny, tmp_path):
                          [("hf", "hf"), ("native", "native"), ("auto", "native")])
 def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     from rlhf.pipeline import decode
-    from rlhf.pipeline.policy import load_policy
+    from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.reward import load_scorer
     from rlhf.pipeline.reward.report import fresh_samples, onpolicy_figures
     from rlhf.pipeline.reward.stage import RewardConfig, distill_set

@@ -136,7 +136,7 @@ def dvc_stage(what: list[str]) -> int:
                      timing=bp.get("timing", "none"))
         print(f"economy: wrote {report} from {len(arms)} arm(s) x seeds {bp['seeds']}")
         return 0
-    from rlhf.pipeline.policy import quiet_hf
+    from rlhf.pipeline.models.policy import quiet_hf
 
     quiet_hf()
     if stage == "sft":
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or (args.artifacts / "bench" / "economy")
     args.points = args.points or (QUICK_POINTS if args.quick else EVAL_POINTS)
     if args.job:  # one arm x seed, in its own process (what drive() launches)
-        from rlhf.pipeline.policy import quiet_hf
+        from rlhf.pipeline.models.policy import quiet_hf
 
         quiet_hf()  # one torch thread (RLHF_TORCH_THREADS): 2 threads on 2 busy cores crawl
         setup = json.loads((args.out / "setup.json").read_text())

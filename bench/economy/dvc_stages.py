@@ -54,9 +54,9 @@ INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
 DRIVER_CODE = tuple(f"bench/economy/{m}.py" for m in (
     "__init__", "__main__", "driver", "arms", "prepare", "results", "job"))
 # code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
-SHARED_CODE = (*DRIVER_CODE, "pipeline/config.py", "pipeline/lora.py", "pipeline/policy.py",
-               "pipeline/decode", "pipeline/text.py", "pipeline/heldout_prompts.py",
-               "pipeline/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
+SHARED_CODE = (*DRIVER_CODE, "pipeline/config.py", "pipeline/models/lora.py",
+               "pipeline/models/policy.py", "pipeline/decode", "pipeline/models/text.py",
+               "pipeline/heldout_prompts.py", "pipeline/models/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
                "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
                "store/hashing.py", "store/rollouts.py")
 # what the TRL peers run of ours besides SHARED_CODE

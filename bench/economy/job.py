@@ -21,7 +21,7 @@ _JUDGES: dict = {}
 
 def judge_of(setup: dict):
     """The setup's judge (loaded once per job process)."""
-    from rlhf.pipeline.judges import load_judge
+    from rlhf.pipeline.models.judges import load_judge
 
     j = setup.get("judge") or {}
     if "config" not in j or j["spec"] == WORLD_JUDGE:
@@ -34,7 +34,7 @@ def judge_of(setup: dict):
 
 def judge_config(setup: dict):
     """The setup's `judge:` section as a JudgeConfig again (setup.json holds it as plain data)."""
-    from rlhf.pipeline.judges import JudgeConfig
+    from rlhf.pipeline.models.judges import JudgeConfig
     from rlhf.pipeline.reward.train import RmTrainConfig
 
     cfg = dict(setup["judge"]["config"])

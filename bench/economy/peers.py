@@ -65,7 +65,7 @@ def light_rm_reward(scorer, tok, ledger: Ledger):
     """TRL's reward function: the light RM's scores of a generation batch, whose generation,
     scoring and pass sizes go into `ledger` as our trainer counts them."""
     from rlhf.pipeline.ppo.accounting import rm_tokens
-    from rlhf.pipeline.text import response_of
+    from rlhf.pipeline.models.text import response_of
 
     def light_rm(prompts, completions, completion_ids, raw_prompt, **_):
         t = time.perf_counter()
@@ -114,9 +114,9 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
     checkpoints (generation batch, optimiser steps, tokens generated, folder)."""
     import torch
     from datasets import Dataset
-    from rlhf.pipeline.policy import quiet_hf, quiet_trainer
+    from rlhf.pipeline.models.policy import quiet_hf, quiet_trainer
     from rlhf.pipeline.ppo.scoring import load_scorer
-    from rlhf.pipeline.text import format_prompt
+    from rlhf.pipeline.models.text import format_prompt
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     quiet_hf()

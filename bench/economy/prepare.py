@@ -140,7 +140,7 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
             shutil.copy(strong / "score_map.json", path)
         elif not path.is_file():
             from rlhf.pipeline.decode import Sampling
-            from rlhf.pipeline.policy import load_policy
+            from rlhf.pipeline.models.policy import load_policy
             from rlhf.pipeline.ppo.samplers import load_prompts
             from rlhf.pipeline.reward import load_scorer
             from rlhf.pipeline.reward.onpolicy import onpolicy_set
@@ -183,7 +183,7 @@ def judge_setup(args) -> dict:
     """params.yaml's `judge:` (the world's gold judge without one, and with --quick), its model
     folder (`--judge-model`, as the eval stage takes it) and what a result must match."""
     from rlhf.pipeline.config import read_params
-    from rlhf.pipeline.judges import load_judge
+    from rlhf.pipeline.models.judges import load_judge
     from rlhf.store.hashing import tree_hash
 
     if args.quick or "judge" not in read_params(args.params):

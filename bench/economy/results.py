@@ -48,7 +48,7 @@ def spec_of(setup: dict, arm_name: str) -> dict:
 
 
 def judge_spec(setup: dict) -> dict:
-    """Who gives the verdict (params.yaml `judge:`, pipeline/judges.py): its kind, its name and
+    """Who gives the verdict (params.yaml `judge:`, pipeline/models/judges.py): its kind, its name and
     the hash of its model folder, so results of two judges never mix."""
     return setup.get("judge", {}).get("spec", WORLD_JUDGE)
 

@@ -40,7 +40,7 @@ class Probe(HookBase):
     def after_score(self, ctx, r, cost) -> None:
         from rlhf.pipeline.ppo.features.sample_economy import continue_from_prefix
         from rlhf.pipeline.ppo.generate import sampling_of
-        from rlhf.pipeline.text import response_of
+        from rlhf.pipeline.models.text import response_of
         from rlhf.pipeline.world.judge import gold_score
 
         rng = torch.get_rng_state()

@@ -34,9 +34,9 @@ def _mean(xs) -> float | None:
 
 
 def job_figures(work: Path, run_id: str, cfg, setup: dict, gold_of, judge=None) -> dict:
-    """`judge`: the setup's judge (pipeline/judges.py; None: the world's gold judge), the one
+    """`judge`: the setup's judge (pipeline/models/judges.py; None: the world's gold judge), the one
     the held-out gold uses, for the staleness check's gold."""
-    from rlhf.pipeline.judges import WorldGoldJudge, score_all
+    from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
     from rlhf.store.io import read_table
 
     sched = [r for r in read_table("schedule", work / "schedule").to_pylist()

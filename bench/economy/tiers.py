@@ -31,7 +31,7 @@ def _r(x, n=4):
 
 
 def job_figures(work: Path, run_id: str, setup: dict, judge=None) -> dict:
-    from rlhf.pipeline.judges import WorldGoldJudge, score_all
+    from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.reward.onpolicy import spearman
     from rlhf.store.hashing import hex_key
     from rlhf.store.io import read_table

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlhf.pipeline.text import encode_kwargs, render_prompt
+from rlhf.pipeline.models.text import encode_kwargs, render_prompt
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], max_prompt_tokens: int | None = None):

@@ -12,7 +12,7 @@ from typing import Any
 from rlhf.pipeline.ingest.config import IngestConfig
 from rlhf.pipeline.ingest.detectors import is_encodable
 from rlhf.pipeline.ingest.record import Record
-from rlhf.pipeline.text import clean, flatten, messages_of
+from rlhf.pipeline.models.text import clean, flatten, messages_of
 from rlhf.store.schemas import SOURCE_TYPES
 
 

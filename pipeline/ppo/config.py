@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from rlhf.pipeline import ranges
 from rlhf.pipeline.config import ConfigError
-from rlhf.pipeline.lora import LoraConfig
+from rlhf.pipeline.models.lora import LoraConfig
 
 
 class PPOCore:

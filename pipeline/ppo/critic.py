@@ -298,7 +298,7 @@ class PolicyTrunkCritic(nn.Module):
         if self.backbone is None:  # the trunk is the policy's own base
             return
         if hasattr(policy, "get_base_model"):  # a peft policy (ppo.lora): its base's weights
-            from rlhf.pipeline.lora import base_state_dict
+            from rlhf.pipeline.models.lora import base_state_dict
 
             state = base_state_dict(policy)
         else:

@@ -28,7 +28,7 @@ from rlhf.pipeline.decode import (
 )
 from rlhf.pipeline.ppo import core
 from rlhf.pipeline.ppo.rollout import Rollout
-from rlhf.pipeline.text import response_of
+from rlhf.pipeline.models.text import response_of
 
 FALLBACK_RESPONSE = "..."  # seed 000 §4.3: a timed-out rollout becomes prompt + "..."
 
@@ -120,7 +120,7 @@ def generate_rollout(model, tok, batch: list[tuple[str, str]], cfg, version: str
             valid.append(True)
         responses.append(g)
     resp, resp_mask = pad_responses(responses, pad)
-    # the scorer sees the response as every other stage cut it (pipeline/text.py)
+    # the scorer sees the response as every other stage cut it (pipeline/models/text.py)
     texts_out = [FALLBACK_RESPONSE if not v
                  else response_of(tok.decode(g, skip_special_tokens=True))
                  for g, v in zip(responses, valid)]

@@ -2,7 +2,7 @@
 PPO policy on the same held-out prompts, with the same sampling (what `artifacts/metrics/ppo.json`
 reports), sampled exactly as PPO samples (`generate.sampling_of(cfg)`; the eval stage and
 bench/economy/ use the same settings). The judge is the one params.yaml's `judge:` section names
-(pipeline/judges.py; the world's gold judge when none is given) and never trains anything.
+(pipeline/models/judges.py; the world's gold judge when none is given) and never trains anything.
 
     rlhf ppo ... --heldout-store artifacts/store     # evaluates after training
     python -c "from rlhf.pipeline.ppo.heldout_gold import gold_eval; \
@@ -22,15 +22,15 @@ from pathlib import Path
 def gold_eval(policy_path: str | Path, prompts: list[tuple[str, str]], sampling,
               seed: int = 0, batch_size: int = 64, judge=None, per_prompt: bool = False,
               engine: str = "hf") -> dict:
-    """One sampled response per prompt (pipeline/policy.sample: format_prompt, stop at eos) at
-    `sampling` (generation.Sampling), scored by `judge` (a pipeline/judges.Judge or a plain
+    """One sampled response per prompt (pipeline/models/policy.sample: format_prompt, stop at eos) at
+    `sampling` (generation.Sampling), scored by `judge` (a pipeline/models/judges.Judge or a plain
     (prompt, response) -> float; None: the world's gold judge):
     {n, gold_mean, gold_std, response_tokens_mean} (+ `scores`, in prompt order, if
     `per_prompt`). `engine`: the generation engine that samples (generation.get_generator);
     the ppo stage passes its own `ppo.engine`, so the held-out figure is sampled as PPO
     samples."""
-    from rlhf.pipeline.judges import WorldGoldJudge, score_all
-    from rlhf.pipeline.policy import load_policy, sample
+    from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
+    from rlhf.pipeline.models.policy import load_policy, sample
 
     judge = judge if judge is not None else WorldGoldJudge()
     model, tok = load_policy(policy_path)
@@ -56,7 +56,7 @@ def compare(sft_path: str | Path, ppo_path: str | Path, store_root: str | Path, 
     the report names the judge."""
     from rlhf.pipeline.decode import resolve_engine
     from rlhf.pipeline.heldout_prompts import held_out_prompts
-    from rlhf.pipeline.judges import WorldGoldJudge
+    from rlhf.pipeline.models.judges import WorldGoldJudge
 
     prompts = held_out_prompts(store_root)
     if not prompts:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from rlhf.pipeline.lora import LoraConfig, wrap
+from rlhf.pipeline.models.lora import LoraConfig, wrap
 
 WHERE = "ppo.lora"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
-from rlhf.pipeline.text import encode_kwargs, render_prompt, render_sample, response_offset
+from rlhf.pipeline.models.text import encode_kwargs, render_prompt, render_sample, response_offset
 
 
 @runtime_checkable
@@ -31,10 +31,10 @@ class Scorer(Protocol):
 
 
 def text_format():
-    """(format_prompt, format_sample, response_of) from pipeline/text.py (the reward helper's
+    """(format_prompt, format_sample, response_of) from pipeline/models/text.py (the reward helper's
     contract), or plain concatenation when that module is not there."""
     try:
-        from rlhf.pipeline.text import format_prompt, format_sample, response_of
+        from rlhf.pipeline.models.text import format_prompt, format_sample, response_of
     except ImportError:
         def format_prompt(prompt: str) -> str:
             return prompt
@@ -75,7 +75,7 @@ class HFScorer:
         tok = AutoTokenizer.from_pretrained(path)
         if compute is None:
             return cls(AutoModelForSequenceClassification.from_pretrained(path), tok)
-        from rlhf.pipeline.compute import load_pretrained
+        from rlhf.pipeline.models.compute import load_pretrained
 
         return cls(load_pretrained(AutoModelForSequenceClassification, path, compute,
                                    "reward model"), tok)
@@ -247,7 +247,7 @@ def load_scorer(path: str | Path, name: str = "light_rm", compute=None):
     `name` and versioned by the folder's content hash (the `rm_scores` table records both).
     `path` may also be a reward function (`python:file.py:function`) or a reward server
     (`http://host:port/path`), versioned by its spec (code_rewards.py). `compute`: an RM
-    folder's device and dtype (pipeline/compute.py; None: as before, the CPU)."""
+    folder's device and dtype (pipeline/models/compute.py; None: as before, the CPU)."""
     from rlhf.pipeline.ppo import code_rewards
     from rlhf.store.hashing import tree_hash
 

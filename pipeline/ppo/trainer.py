@@ -401,13 +401,13 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     `compute`: the resolved params.yaml `compute` (compute.Compute; None: what `auto` gives
     here): the policy's and the reference's dtype and attention, the device, and gradient
     checkpointing of the policy."""
-    from rlhf.pipeline.compute import Compute, resolve
+    from rlhf.pipeline.models.compute import Compute, resolve
     from rlhf.pipeline.progress import quiet_libraries
 
     quiet_libraries()  # no library bars, no warnings a user cannot act on
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlhf.pipeline.policy import set_threads
+    from rlhf.pipeline.models.policy import set_threads
     from rlhf.pipeline.ppo.code_rewards import check_features
     from rlhf.pipeline.ppo.scoring import load_scorer
 
@@ -458,7 +458,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
 
 def _load_policy(cls, path, compute, what: str):
     """The policy (or reference) at `path` in `compute`'s dtype and attention, on the CPU."""
-    from rlhf.pipeline.compute import note_cast
+    from rlhf.pipeline.models.compute import note_cast
 
     note_cast(path, compute, what)
     kw = compute.load_kwargs()

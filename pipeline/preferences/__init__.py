@@ -20,7 +20,7 @@ annotators): the rankings are the human preference pairs ingest kept with their 
 files (`--queue`, the format in `read_queue`), each checked against the store's `prompts`; a
 label that fails a check goes to the `rejected_labels` quarantine with reason codes, so
 input = kept + rejected per source. `gold_fraction` of the labelled prompts go to split `gold`:
-only the held-out gold RM (`rlhf judge`, pipeline/judges.py) trains on them.
+only the held-out gold RM (`rlhf judge`, pipeline/models/judges.py) trains on them.
 
     rlhf preferences --labels-from artifacts/store --queue data/queue.jsonl \
         --out artifacts/store/preferences --rejected-out artifacts/store/rejected_labels

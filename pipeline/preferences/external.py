@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rlhf.pipeline.preferences.config import PreferencesConfig, heldout_or_train
-from rlhf.pipeline.text import split_dialogue
+from rlhf.pipeline.models.text import split_dialogue
 from rlhf.store.hashing import content_hash
 
 HH_FILE = "hh-rlhf__harmless-base_test.jsonl.gz"

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlhf.pipeline.preferences.config import PreferencesConfig
 from rlhf.pipeline.preferences.pairs import expand_pairs
-from rlhf.pipeline.text import clean
+from rlhf.pipeline.models.text import clean
 from rlhf.store.hashing import content_hash, hash_fraction
 
 QUEUE_PROVENANCE = ("annotator_id", "labeled_at")  # who labelled, when (seed 001 §3.1: drift)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlhf.pipeline.text import clean
+from rlhf.pipeline.models.text import clean
 from rlhf.store.hashing import content_hash, hashed_split
 
 

@@ -14,7 +14,7 @@ from rlhf.pipeline.preferences.config import PreferencesConfig, split_of
 from rlhf.pipeline.preferences.external import external_rows
 from rlhf.pipeline.preferences.pairs import _agreement, expand_pairs
 from rlhf.pipeline.preferences.prompts import prompts_from_demonstrations, reward_prompts_from_pool
-from rlhf.pipeline.text import clean
+from rlhf.pipeline.models.text import clean
 from rlhf.store.hashing import content_hash, hash_fraction
 
 
@@ -94,8 +94,8 @@ def run(cfg: PreferencesConfig, policy_dir: str | Path, out_dir: str | Path,
         realdata: str | Path | None = None, world: tuple[Callable, Callable] | None = None,
         progress=None, compute=None) -> dict[str, Any]:
     """The `preferences` stage: sample, annotate, read external rankings, write the table.
-    `compute`: the policy's device and dtype (pipeline/compute.py; None: float32 on the CPU)."""
-    from rlhf.pipeline.policy import engine_on, load_policy, quiet_hf, sample
+    `compute`: the policy's device and dtype (pipeline/models/compute.py; None: float32 on the CPU)."""
+    from rlhf.pipeline.models.policy import engine_on, load_policy, quiet_hf, sample
     from rlhf.store.io import staged_folders, write_shard
 
     quiet_hf()

@@ -47,11 +47,11 @@ def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: s
                 compute=None):
     """A light sequence classifier: a truncated copy of the SFT policy (or of the strong RM's
     member `strong_member`, init "strong"), or a small fresh one; in `compute`'s device, dtype
-    and attention (pipeline/compute.py; None: float32 on the CPU)."""
+    and attention (pipeline/models/compute.py; None: float32 on the CPU)."""
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from rlhf.pipeline.compute import for_training, model_kwargs
+    from rlhf.pipeline.models.compute import for_training, model_kwargs
 
     torch.manual_seed(seed)
     if cfg.init == "strong":

@@ -96,7 +96,7 @@ def _worker_init(parent: int) -> None:
     """A worker trains at one torch thread and dies with the stage: a killed stage (the rerun
     then trains the members not yet kept, reliability.md) leaves no worker training on."""
     import torch
-    from rlhf.pipeline.policy import quiet_hf
+    from rlhf.pipeline.models.policy import quiet_hf
 
     quiet_hf()  # as the stage's own process: no library progress bars or load reports
     torch.set_num_threads(1)

@@ -38,7 +38,7 @@ def run(cfg: RewardConfig, strong_dir: str | Path, light_dir: str | Path, sft_di
     are the reward stage's: the eval split and the ppo split without the prompts the RMs
     were trained on. `ppo_sampling` (decode.Sampling): how PPO samples, for step 2."""
     import torch
-    from rlhf.pipeline.policy import load_policy, quiet_hf
+    from rlhf.pipeline.models.policy import load_policy, quiet_hf
     from rlhf.pipeline.reward.score_map import FILENAME, ScoreMap
     from rlhf.pipeline.reward.scorer import load_scorer
     from rlhf.store.io import read_table

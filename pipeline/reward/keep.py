@@ -53,7 +53,7 @@ def load_kept(checkpoints: Path, name: str, inputs: str,
               compute=None) -> tuple[Any, dict] | None:
     """(model, extra) of the model kept as `checkpoints/name` when it is complete and was
     trained from `inputs` (a fingerprint), loaded in `compute`'s device and dtype
-    (pipeline/compute.py; None: float32 on the CPU); None otherwise."""
+    (pipeline/models/compute.py; None: float32 on the CPU); None otherwise."""
     from rlhf.pipeline.reward.scorer import load_rm
 
     kept = checkpoints / name

@@ -57,7 +57,7 @@ def onpolicy_set(policy, tokenizer, prompts: Sequence[str], k: int, temperature:
                  engine: str = "hf") -> OnPolicySet:
     """`k` samples per prompt from `policy` at these sampling settings (through rollout
     engine `engine`), gold-scored."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
@@ -69,7 +69,7 @@ def onpolicy_set(policy, tokenizer, prompts: Sequence[str], k: int, temperature:
         groups.append(list(range(len(rs), len(rs) + len(ss))))
         ps += [p] * len(ss)
         rs += [s.response for s in ss]
-    from rlhf.pipeline.judges import score_all
+    from rlhf.pipeline.models.judges import score_all
 
     return OnPolicySet(ps, rs, score_all(judge, ps, rs), groups)
 

@@ -97,7 +97,7 @@ def fresh_samples(cfg: RewardConfig, policy, tokenizer, eval_prompts: Sequence[s
     """(prompts, responses, is_policy_sample): `eval_k` fresh policy samples per unseen prompt,
     plus `eval_demo_candidates` unseen demonstrations of its topic (the quality range the RM
     must order; seed 001 §5.1 tests the RM on fresh, unseen prompts)."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     fresh = sample(policy, tokenizer, list(eval_prompts), n=cfg.eval_k,
                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
@@ -122,7 +122,7 @@ def fresh_figures(cfg: RewardConfig, strong, light, policy, ptok, eval_prompts: 
                   demos_path, judge, log) -> dict[str, Any]:
     """Step 5: fresh samples of unseen prompts: each RM against the judge, light vs strong,
     sizes and the speed ratio, the confidence gate."""
-    from rlhf.pipeline.judges import score_all
+    from rlhf.pipeline.models.judges import score_all
 
     log(f"sampling {len(eval_prompts)} x {cfg.eval_k} fresh responses on unseen prompts")
     f_prompts, f_resps, f_policy = fresh_samples(cfg, policy, ptok, eval_prompts, demos_path)
@@ -180,7 +180,7 @@ def onpolicy_figures(cfg: RewardConfig, policy, tokenizer, prompts: Sequence[str
     the strong-to-light `score_map` the reward stage fitted (pipeline/reward/score_map.py) fits
     these samples, which it was not fitted on."""
     from rlhf.pipeline.decode import Sampling
-    from rlhf.pipeline.policy import engine_on
+    from rlhf.pipeline.models.policy import engine_on
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
 
     sampling = sampling or Sampling(cfg.temperature, 1.0, cfg.max_new_tokens)

@@ -24,7 +24,7 @@ A scorer folder holds `scorer.json` and one or more sequence-classification chec
   `ppo.escalate_below` (0 = off by default).
 - `scorer.member_rewards(prompts, responses)` [members, B] for diagnostics; `scorer.n_params`.
 
-Texts are rendered with `rlhf.pipeline.text.render_sample` (plus EOS in the plain format; a chat
+Texts are rendered with `rlhf.pipeline.models.text.render_sample` (plus EOS in the plain format; a chat
 template closes the assistant's turn itself), truncated from the left to
 `max_length` tokens (the response end is what matters), exactly as in training (`encode_pairs`).
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE, confidence_from_margins
-from rlhf.pipeline.text import encode_kwargs, render_sample, templated
+from rlhf.pipeline.models.text import encode_kwargs, render_sample, templated
 
 SCORER_FILE = "scorer.json"
 AGGREGATIONS = ("mean", "min")
@@ -274,10 +274,10 @@ def save_scorer(path: str | Path, members: Sequence[str], references: Sequence[f
 
 def load_rm(path: str | Path, compute=None):
     """A sequence-classification RM checkpoint, in eval mode, in `compute`'s device, dtype and
-    attention (pipeline/compute.py; None: float32 on the CPU)."""
+    attention (pipeline/models/compute.py; None: float32 on the CPU)."""
     from transformers import AutoModelForSequenceClassification
 
-    from rlhf.pipeline.compute import load_pretrained
+    from rlhf.pipeline.models.compute import load_pretrained
 
     model = load_pretrained(AutoModelForSequenceClassification, path, compute, "reward model")
     model.eval()
@@ -288,9 +288,9 @@ def load_scorer(path: str | Path, aggregation: str | None = None,
                 batch_size: int = 64, compute=None) -> Scorer:
     """The scorer saved in folder `path` (see the module docstring); its members loaded in
     `compute` (`load_rm`)."""
-    from rlhf.pipeline.policy import load_tokenizer
+    from rlhf.pipeline.models.policy import load_tokenizer
 
-    from rlhf.pipeline.model_folders import check_scorer
+    from rlhf.pipeline.models.model_folders import check_scorer
 
     path = check_scorer(path)  # missing, truncated or wrong kind: a ModelFolderError naming it
     meta = json.loads((path / SCORER_FILE).read_text())

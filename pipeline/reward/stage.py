@@ -190,7 +190,7 @@ def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[
     apart from its demonstrations: what PPO needs is the order among the policy's own samples,
     which a group dominated by (much better) demonstrations barely teaches (on-policy
     within-prompt Spearman vs gold 0.29 -> 0.61, bench/onpolicy_rm.py)."""
-    from rlhf.pipeline.policy import sample
+    from rlhf.pipeline.models.policy import sample
 
     temperature, top_p, max_new = ((sampling.temperature, sampling.top_p, sampling.max_new_tokens)
                                    if sampling is not None
@@ -439,12 +439,12 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     rollouts; None: this section's temperature, top-p 1. `tracking` (params.yaml `tracking`; None: no
     tracker): the trackers that get each member's and the light RM's training losses, then the
     report's figures (files in `tracking.logs_dir(out_strong, "reward")`). `compute`: where and
-    in what dtype the RMs train and score and the SFT policy samples (pipeline/compute.py; None:
+    in what dtype the RMs train and score and the SFT policy samples (pipeline/models/compute.py; None:
     float32 on the CPU)."""
     from rlhf.pipeline import tracking as tr
     import torch
     from rlhf.pipeline.config import effective
-    from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.scorer import resolve_precision
     from rlhf.pipeline.reward.train import resolve_backbone
     from rlhf.store.io import staged_folders, write_text_atomic

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipeline.lora import LoraConfig
+from rlhf.pipeline.models.lora import LoraConfig
 from rlhf.pipeline.reward.scorer import autocast, batch_scores, encode_pairs, fp32_head
 
 
@@ -55,11 +55,11 @@ def init_rm(init: str | None = None, config=None, seed: int = 0, compute=None):
     """A one-output sequence classifier: from a checkpoint (`init`: path or hub name; a causal-LM
     checkpoint gets a fresh score head) or from a model `config` (random weights); in
     `compute`'s device, dtype and attention, with its gradient checkpointing
-    (pipeline/compute.py; None: float32 on the CPU)."""
+    (pipeline/models/compute.py; None: float32 on the CPU)."""
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from rlhf.pipeline.compute import for_training, model_kwargs, note_cast
+    from rlhf.pipeline.models.compute import for_training, model_kwargs, note_cast
 
     torch.manual_seed(seed)
     if init:
@@ -142,7 +142,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     import random
 
     import torch
-    from rlhf.pipeline.policy import quiet_hf
+    from rlhf.pipeline.models.policy import quiet_hf
     from rlhf.pipeline.progress import advance_or_bar
     from transformers import get_cosine_schedule_with_warmup, set_seed
 
@@ -158,7 +158,7 @@ def train_rm(model, tokenizer, pairs: Sequence[dict[str, str]], cfg: RmTrainConf
     pad = tokenizer.pad_token_id
     model.config.pad_token_id = pad
     if cfg.lora.enabled:  # peft freezes the backbone; SEQ_CLS keeps the score head trainable
-        from rlhf.pipeline.lora import wrap
+        from rlhf.pipeline.models.lora import wrap
 
         model = wrap(model, cfg.lora, "SEQ_CLS", "reward.train.lora")
     texts, chosen, rejected = distinct_texts(pairs)

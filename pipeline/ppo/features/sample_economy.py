@@ -284,7 +284,7 @@ def continue_from_prefix(model, tok, r, rows: list[int], prefixes: list[list[int
 def replace_rows(r, tok, rows: list[int], tokens: list[list[int]]) -> None:
     """Put new response token lists into rows of `r` (re-padding the response tensors)."""
     from rlhf.pipeline.decode import pad_responses
-    from rlhf.pipeline.text import response_of
+    from rlhf.pipeline.models.text import response_of
 
     current = [g[m].tolist() for g, m in zip(r.response, r.response_mask)]
     for i, t in zip(rows, tokens):

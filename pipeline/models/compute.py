@@ -12,7 +12,7 @@ default attention, with no extra op on the way, so a CPU run's bytes do not move
 pure function of the section and the machine's facts (`Machine`); `rlhf doctor` prints what it
 gives here, and why.
 
-    python -c "from rlhf.pipeline.compute import ComputeConfig, resolve; \
+    python -c "from rlhf.pipeline.models.compute import ComputeConfig, resolve; \
 print(resolve(ComputeConfig()).describe())"
 """
 

@@ -21,7 +21,7 @@ same way at every stage: `format_sample(p, r)` always starts with `format_prompt
 response follows after one space, so with a byte-level BPE tokenizer the prompt ends on a token
 boundary (the prompt's tokens are a prefix of the sample's tokens).
 
-    python -c "from rlhf.pipeline.text import format_sample; print(format_sample('Hi?', 'Hello.'))"
+    python -c "from rlhf.pipeline.models.text import format_sample; print(format_sample('Hi?', 'Hello.'))"
 """
 
 from __future__ import annotations

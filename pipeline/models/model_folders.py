@@ -1,6 +1,6 @@
 """Is this folder the model a stage asks for? Cheap checks, before anything heavy is loaded.
 
-    python -c "from rlhf.pipeline.model_folders import check_policy; check_policy('artifacts/models/sft')"
+    python -c "from rlhf.pipeline.models.model_folders import check_policy; check_policy('artifacts/models/sft')"
 
 A stage given a policy or reward-model folder that is missing, truncated (an interrupted copy or
 download) or of the wrong kind (an RM where a policy belongs, a tokenizer folder, a PPO run)

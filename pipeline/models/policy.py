@@ -6,7 +6,7 @@ the annotators), `reward` (rollouts for the light RM's distillation and the RM-v
 and `difficulty` (one response per pool prompt, with the spread of its token log-probs).
 Sampling is reproducible: each generation batch reseeds torch with (seed, batch index).
 
-    python -c "from rlhf.pipeline.policy import load_policy, sample; \
+    python -c "from rlhf.pipeline.models.policy import load_policy, sample; \
 m, t = load_policy('artifacts/models/sft'); print(sample(m, t, ['Name a fruit.'], n=2)[0])"
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlhf.pipeline.text import response_of
+from rlhf.pipeline.models.text import response_of
 
 
 @dataclass(frozen=True)
@@ -100,13 +100,13 @@ def load_tokenizer(path: str | Path):
 
 def load_policy(path: str | Path, compute=None):
     """(model in eval mode, tokenizer) from a `save_pretrained` folder, in the device, dtype and
-    attention of `compute` (a resolved params.yaml `compute`, pipeline/compute.py; None: float32
+    attention of `compute` (a resolved params.yaml `compute`, pipeline/models/compute.py; None: float32
     on the CPU); a folder that is missing, truncated or not a causal LM is a `ModelFolderError`
     naming it."""
     from transformers import AutoModelForCausalLM
 
-    from rlhf.pipeline.compute import load_pretrained
-    from rlhf.pipeline.model_folders import check_policy
+    from rlhf.pipeline.models.compute import load_pretrained
+    from rlhf.pipeline.models.model_folders import check_policy
 
     path = check_policy(path)
     model = load_pretrained(AutoModelForCausalLM, path, compute, "policy")

@@ -17,7 +17,7 @@ the `judge:` section of params.yaml:
 Every judge is also callable per pair, `judge(prompt, response) -> float`, which is what the
 reward and sft stages' figures call.
 
-    python -c "from rlhf.pipeline.judges import JudgeConfig, load_judge; \
+    python -c "from rlhf.pipeline.models.judges import JudgeConfig, load_judge; \
 j = load_judge(JudgeConfig()); print(j.name, j.score(['Why do leaves look green?'], ['Chlorophyll.']))"
 """
 
@@ -81,11 +81,11 @@ class RMJudge(_PerPair):
     """A sequence-classification RM: a reward-stage scorer folder (scorer.json: its
     baseline-relative reward), a `save_pretrained` folder or a hub name (its raw score). Texts
     are rendered as the project's RMs read them (reward.scorer.encode_texts). `compute`: the
-    RM's device and dtype (pipeline/compute.py; None: float32 on the CPU)."""
+    RM's device and dtype (pipeline/models/compute.py; None: float32 on the CPU)."""
 
     def __init__(self, model: str | Path, name: str, batch_size: int = 64, max_length: int = 256,
                  compute=None):
-        from rlhf.pipeline.policy import quiet_hf
+        from rlhf.pipeline.models.policy import quiet_hf
         from rlhf.pipeline.reward.scorer import SCORER_FILE, Scorer, load_rm, load_scorer
 
         quiet_hf()  # no library load bars in the stage's output
@@ -94,10 +94,10 @@ class RMJudge(_PerPair):
         if (path / SCORER_FILE).is_file():
             self._scorer = load_scorer(path, batch_size=batch_size, compute=compute)
         else:
-            from rlhf.pipeline.policy import load_tokenizer
+            from rlhf.pipeline.models.policy import load_tokenizer
 
             if path.exists():
-                from rlhf.pipeline.model_folders import check_scorer
+                from rlhf.pipeline.models.model_folders import check_scorer
 
                 check_scorer(path, f"judge {name}", plain_allowed=True)
             try:
@@ -118,7 +118,7 @@ class RMJudge(_PerPair):
 def load_judge(cfg: JudgeConfig, model_path: str | Path | None = None, compute=None) -> Judge:
     """The judge `cfg` names; `model_path` (the stage's --judge-model) is the RM folder of a
     `heldout_rm` judge and overrides `judge.model` of an `rm` judge; `compute` its RM's device
-    and dtype (pipeline/compute.py)."""
+    and dtype (pipeline/models/compute.py)."""
     if cfg.kind == "world_gold":
         return WorldGoldJudge()
     model = str(model_path) if model_path is not None else cfg.model
@@ -153,11 +153,11 @@ def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str 
     """Train the gold RM on the `gold` split of the preferences table (labels no proxy RM sees)
     and save it as a plain sequence-classification folder; report its accuracy on the proxies'
     held-out pairs (which it never trained on either). `compute`: its device, dtype and
-    gradient checkpointing (pipeline/compute.py; None: float32 on the CPU)."""
+    gradient checkpointing (pipeline/models/compute.py; None: float32 on the CPU)."""
     import json
 
     import torch
-    from rlhf.pipeline.policy import load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.scorer import Scorer
     from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm

@@ -1,0 +1,7 @@
+"""The shared model code every stage uses: where and in what precision a model runs
+(`compute`), loading and sampling a policy (`policy`), checking a model folder (`model_folders`),
+how a prompt becomes text (`text`: plain or a chat template), who judges (`judges`) and LoRA
+adapters (`lora`). No stage lives here (the stages are pipeline/'s other modules and packages).
+
+    python -c "from rlhf.pipeline.models.compute import resolve; print(resolve(stage='ppo'))"
+"""
