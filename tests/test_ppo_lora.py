@@ -195,6 +195,16 @@ def test_the_eval_stage_loads_a_lora_checkpoint_as_its_adapters_merged(tmp_path)
         assert not torch.allclose(got, base(input_ids=ids).logits, atol=1e-3)
     bf16 = load_checkpoint_policy(world["policy"], ckpt, Compute(dtype="bfloat16"))
     assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    # `rlhf export --merge --base`: the same merge onto the base named (this in-process run
+    # named none in its adapters' config)
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.pipeline.export import export
+
+    export(ckpt, tmp_path / "exported", merge=True, base=world["policy"])
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "exported"))
+    with torch.no_grad():
+        assert torch.allclose(exported(input_ids=ids).logits, got, atol=1e-5)
 
 
 def test_bad_lora_settings_are_one_line_errors(tmp_path):

@@ -48,7 +48,7 @@ def section() -> str:
 
 def blocks(text: str) -> list[tuple[str, str]]:
     """(language, body) of each fenced block, in the page's order."""
-    return re.findall(r"^```(\w+)\n(.*?)^```", text, flags=re.S | re.M)
+    return re.findall(r"^```(\w+)\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
 
 
 def merge(into: dict, edits: dict) -> None:
@@ -67,10 +67,11 @@ def _models(root: Path) -> tuple[Path, Path]:
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
     tok = _tokenizer(CHATML)
-    shape = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
-                 pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                 eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    shape = {"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+             "max_position_embeddings": 256, "pad_token_id": tok.pad_token_id,
+             "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id,
+             "tie_word_embeddings": False}
     torch.manual_seed(0)
     base, judge = root / "base", root / "judge"
     LlamaForCausalLM(LlamaConfig(**shape)).save_pretrained(base)
@@ -82,7 +83,7 @@ def _models(root: Path) -> tuple[Path, Path]:
 
 def _run(script: str, cwd: Path, env: dict) -> str:
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, f"{script}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n" \
                                 f"{out.stderr[-3000:]}"
     return out.stdout + out.stderr
