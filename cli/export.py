@@ -47,7 +47,8 @@ def export(
     merge: bool = typer.Option(False, "--merge", help="Merge LoRA adapters into the base "
                                "weights (a plain model folder; needs peft)."),
     base: Path | None = typer.Option(None, "--base", help="A PPO checkpoint's architecture and "
-                                     "tokenizer (default: the run's policy/ folder)."),
+                                     "tokenizer (default: the run's policy/ folder); a LoRA "
+                                     "checkpoint's base (default: the one its adapters name)."),
     report: Path | None = typer.Option(None, "--report", help="The run's report or metrics JSON "
                                        "for the card's figures (default: the one dvc.lock "
                                        "records with the checkpoint's stage)."),

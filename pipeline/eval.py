@@ -6,7 +6,8 @@ model overoptimization": gold and proxy reward against sqrt(KL) to the reference
         --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
         --prompts artifacts/store --out artifacts/eval --metrics artifacts/metrics/eval.json
 
-Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved),
+Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO trainer saved;
+a `ppo.lora` run's checkpoints: their adapters merged into the SFT policy),
 on the held-out prompts (every member of the eval-split clusters, pipeline/heldout_prompts.py):
 the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/models/judges.py;
 the report and the metrics name it), light and strong RM means, win rate against SFT by the judge
@@ -125,9 +126,11 @@ def checkpoint_steps(ppo_dir: str | Path, wanted: tuple[int, ...] = ()) -> list[
 
 
 def load_checkpoint_policy(sft_path: str | Path, folder: Path, compute=None):
-    """A PPO checkpoint as a model: a save_pretrained folder, or the trainer's policy.pt state
-    dict loaded into the SFT architecture; in `compute`'s device and dtype (pipeline/models/compute.py;
-    None: float32 on the CPU)."""
+    """A PPO checkpoint as a model: a save_pretrained folder, the trainer's policy.pt state dict
+    loaded into the SFT architecture, or a `ppo.lora` run's checkpoint (its policy.pt holds only
+    the adapters): the SFT policy, the base that run trained, with the checkpoint's `adapter/`
+    merged in (pipeline/export.with_adapter, as `rlhf export --merge`); in `compute`'s device
+    and dtype (pipeline/models/compute.py; None: float32 on the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -136,6 +139,10 @@ def load_checkpoint_policy(sft_path: str | Path, folder: Path, compute=None):
     if (folder / "config.json").is_file():
         return load_pretrained(AutoModelForCausalLM, folder, compute, "checkpoint").eval()
     model = load_pretrained(AutoModelForCausalLM, sft_path, compute, "policy")
+    if (folder / "adapter" / "adapter_config.json").is_file():
+        from rlhf.pipeline.export import with_adapter
+
+        return with_adapter(model, folder / "adapter", merge=True).eval()
     # load_state_dict copies into the parameters: they keep `compute`'s dtype and device
     model.load_state_dict(torch.load(folder / "policy.pt", map_location="cpu"))
     return model.eval()

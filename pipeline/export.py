@@ -33,7 +33,9 @@ class Source:
 
     kind: str  # model | adapter | ppo_checkpoint
     weights: Path
-    base: Path | None = None  # ppo_checkpoint: the architecture and tokenizer
+    # ppo_checkpoint: the architecture and tokenizer; adapter: the base (None: the one its
+    # adapter_config.json names)
+    base: Path | None = None
     run: dict[str, Any] = field(default_factory=dict)
 
 
@@ -52,7 +54,7 @@ def resolve(checkpoint: str | Path, base: str | Path | None = None) -> Source:
         state = json.loads((ckpt / "trainer_state.json").read_text())
         run = {"stage": "ppo", "run_id": ckpt.parent.parent.name, "step": state["step"]}
         if (ckpt / "adapter" / "adapter_config.json").is_file():  # a ppo.lora run's adapters
-            return Source("adapter", ckpt / "adapter", run=run)
+            return Source("adapter", ckpt / "adapter", Path(base) if base else None, run)
         base = Path(base) if base else ckpt.parent.parent / "policy"
         if not (base / "config.json").is_file():
             raise ExportError(f"{ckpt} is a PPO checkpoint: its architecture and tokenizer come "
@@ -78,17 +80,30 @@ def load(src: Source, merge: bool):
         model.load_state_dict(torch.load(src.weights / "policy.pt", map_location="cpu"))
         return model, AutoTokenizer.from_pretrained(str(src.base))
     if src.kind == "adapter":
-        try:
-            from peft import AutoPeftModelForCausalLM
-        except ImportError:
-            raise ExportError("exporting LoRA adapters needs peft: pip install peft") from None
-        model = AutoPeftModelForCausalLM.from_pretrained(str(src.weights))
-        tok_from = src.weights if (src.weights / "tokenizer_config.json").is_file() \
-            else model.peft_config["default"].base_model_name_or_path
-        return (model.merge_and_unload() if merge else model), AutoTokenizer.from_pretrained(
-            str(tok_from))
+        base = src.base or adapter_base(src.weights)
+        model = with_adapter(AutoModelForCausalLM.from_pretrained(str(base)), src.weights, merge)
+        tok_from = src.weights if (src.weights / "tokenizer_config.json").is_file() else base
+        return model, AutoTokenizer.from_pretrained(str(tok_from))
     return AutoModelForCausalLM.from_pretrained(str(src.weights)), \
         AutoTokenizer.from_pretrained(str(src.weights))
+
+
+def adapter_base(adapter: Path) -> str:
+    """The base model an adapter folder names (its adapter_config.json)."""
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    return config["base_model_name_or_path"]
+
+
+def with_adapter(model, adapter: Path, merge: bool):
+    """`model` (the base, loaded in the dtype and on the device wanted) with the peft adapters of
+    the folder `adapter`, merged into its weights with `merge`: how `rlhf export` and the eval
+    stage (a `ppo.lora` run's checkpoints) load adapters."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ExportError("loading LoRA adapters needs peft: pip install 'rlhf[lora]'") from None
+    model = PeftModel.from_pretrained(model, str(adapter))
+    return model.merge_and_unload() if merge else model
 
 
 def dvc_records(lock: Path, checkpoint: Path) -> dict[str, Any] | None:

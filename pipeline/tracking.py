@@ -148,6 +148,12 @@ def start(cfg: TrackingConfig, stage: str, folder: str | Path, params: dict[str,
         "mlflow": lambda: MLflowTracker(cfg.project, str(folder), run_name=stage),
         "trackio": lambda: TrackioTracker(cfg.project, name=stage),
     }
+    if set(cfg.trackers) - {"tensorboard"}:
+        # accelerate's other trackers log through its logger, which refuses to run before an
+        # accelerate state exists: `rlhf sft` starts them before TRL makes its Accelerator
+        from accelerate import PartialState
+
+        PartialState()
     config = {**flat_params(params), **git_commit(), "stage": stage}
     trackers = []
     for name in cfg.trackers:

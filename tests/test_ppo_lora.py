@@ -3,7 +3,8 @@ never imported); only adapters (and the critic's own tensors) train; the referen
 with the adapters off, its log-probs equal the base model's exactly; LoRA PPO raises the reward
 as plain PPO does (test_ppo_learns); a run killed with SIGKILL resumes exactly; `rlhf export
 --merge` turns the run's adapters into a model folder AutoModelForCausalLM loads, and the run's
-`policy/` holds them merged already (what every stage loads)."""
+`policy/` holds them merged already (what every stage loads); the eval stage loads a LoRA
+checkpoint as its adapters merged into the SFT policy."""
 
 from __future__ import annotations
 
@@ -167,6 +168,43 @@ def test_sigkill_then_resume_with_adapters_is_exact_and_export_merges(tmp_path):
             base = AutoModelForCausalLM.from_pretrained(str(world["policy"]))
             with torch.no_grad():
                 assert not torch.allclose(got, base(input_ids=ids).logits, atol=1e-5)
+
+
+def test_the_eval_stage_loads_a_lora_checkpoint_as_its_adapters_merged(tmp_path):
+    """A LoRA run's checkpoint holds only the adapters (policy.pt, adapter/): the eval stage
+    loads it as the SFT policy (the run's base) with them merged, the model the run's policy/
+    holds at that step, in the dtype `compute` asks for. (Loading policy.pt into the base's
+    architecture, as for a plain run, failed on the adapters' keys.)"""
+    from rlhf.pipeline.models.compute import Compute
+    from rlhf.pipeline.eval import checkpoint_steps, load_checkpoint_policy
+    from rlhf.pipeline.models.policy import load_policy
+
+    world = ppo_tiny.build_world(tmp_path / "world")  # its policy: ppo_tiny.policy's weights
+    _trainer(tmp_path, total_steps=2, checkpoint_every=2, critic="shared",
+             critic_layers=1).train()
+    [(step, ckpt)] = checkpoint_steps(tmp_path / "run")
+    assert step == 2 and (ckpt / "adapter" / "adapter_config.json").is_file()
+    model = load_checkpoint_policy(world["policy"], ckpt)
+    assert not any("lora_" in n for n, _ in model.named_parameters())  # merged: a plain model
+    merged, _ = load_policy(tmp_path / "run" / "policy")  # the run's policy/ after step 2
+    base, _ = load_policy(world["policy"])
+    ids = torch.tensor([[2, 8, 9, 10, 11]])
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+        assert torch.allclose(got, merged(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(got, base(input_ids=ids).logits, atol=1e-3)
+    bf16 = load_checkpoint_policy(world["policy"], ckpt, Compute(dtype="bfloat16"))
+    assert {p.dtype for p in bf16.parameters()} == {torch.bfloat16}
+    # `rlhf export --merge --base`: the same merge onto the base named (this in-process run
+    # named none in its adapters' config)
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.pipeline.export import export
+
+    export(ckpt, tmp_path / "exported", merge=True, base=world["policy"])
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "exported"))
+    with torch.no_grad():
+        assert torch.allclose(exported(input_ids=ids).logits, got, atol=1e-5)
 
 
 def test_bad_lora_settings_are_one_line_errors(tmp_path):
