@@ -42,7 +42,7 @@ def main() -> None:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
-    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble
     from rlhf.pipeline.reward.stage import (
         _accuracy,
         _gold_pairs,
@@ -84,7 +84,7 @@ def main() -> None:
         t0 = time.perf_counter()
         model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed)
         train_s = time.perf_counter() - t0
-        scorer = Scorer([model], tok, [0.0], 1.0, "mean", tcfg.max_length, cfg.batch_size)
+        scorer = RMEnsemble([model], tok, [0.0], 1.0, "mean", tcfg.max_length, cfg.batch_size)
         t0 = time.perf_counter()
         scores = scorer.member_rewards(f_prompts, f_resps)[0].tolist()
         score_s = time.perf_counter() - t0
