@@ -47,13 +47,10 @@ def main() -> None:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.distill import build_light, distill
+    from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.pipeline.reward.report import fresh_samples
     from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts, load_ensemble
-    from rlhf.pipeline.reward.stage import (
-        distill_set,
-        eval_prompts_of,
-        fresh_samples,
-        spearman,
-    )
+    from rlhf.pipeline.reward.stage import distill_set, eval_prompts_of
     from rlhf.store.io import read_table
 
     quiet_hf()

@@ -42,15 +42,10 @@ def main() -> None:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
+    from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.pipeline.reward.report import _accuracy, _gold_pairs, _pair_margins, fresh_samples
     from rlhf.pipeline.reward.scorer import RMEnsemble
-    from rlhf.pipeline.reward.stage import (
-        _accuracy,
-        _gold_pairs,
-        _pair_margins,
-        eval_prompts_of,
-        fresh_samples,
-        spearman,
-    )
+    from rlhf.pipeline.reward.stage import eval_prompts_of
     from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
     from rlhf.pipeline.world.judge import gold_score
     from rlhf.store.io import read_table

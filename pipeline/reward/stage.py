@@ -39,16 +39,14 @@ from rlhf.pipeline.reward.distill import LightConfig
 from rlhf.pipeline.reward.ensemble import member_checkpoints, save_tokenizer, train_strong
 from rlhf.pipeline.reward.keep import fingerprint, folder_digest, kept_or_trained
 
-# the report's steps (reward/report.py); bench/ imports fresh_samples and spearman from here
-from rlhf.pipeline.reward.report import (  # noqa: F401
+# the report's steps (reward/report.py)
+from rlhf.pipeline.reward.report import (
     _accuracy,
     _gold_pairs,
     _jsonable,
     _pair_margins,
     annotator_drift,
     external_accuracy,
-    fresh_samples,
-    spearman,
 )
 from rlhf.pipeline.reward.train import RmTrainConfig
 
