@@ -47,13 +47,10 @@ def main() -> None:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.reward.distill import build_light, distill
-    from rlhf.pipeline.reward.scorer import Scorer, encode_texts, load_scorer
-    from rlhf.pipeline.reward.stage import (
-        distill_set,
-        eval_prompts_of,
-        fresh_samples,
-        spearman,
-    )
+    from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.pipeline.reward.report import fresh_samples
+    from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts, load_ensemble
+    from rlhf.pipeline.reward.stage import distill_set, eval_prompts_of
     from rlhf.store.io import read_table
 
     quiet_hf()
@@ -63,7 +60,7 @@ def main() -> None:
     rows = [r for r in read_table("preferences", a / "store" / "preferences").to_pylist()
             if r["source"] == "annotator"]
     strong_dir = a / "models" / "rm_strong"
-    strong = load_scorer(strong_dir)
+    strong = load_ensemble(strong_dir)
     policy, ptok = load_policy(a / "models" / "sft")
     rollout_prompts, eval_prompts = eval_prompts_of(cfg, a / "store" / "pool", demos,
                                                     {r["prompt_id"] for r in rows})
@@ -95,7 +92,7 @@ def main() -> None:
                                        str(strong_dir / "member_0")),
                            tok, ids, targets, groups, lcfg, seed=cfg.seed)
         train_s = time.perf_counter() - t0
-        light = Scorer([model], tok, [0.0], 1.0, "mean", cfg.train.max_length, cfg.batch_size)
+        light = RMEnsemble([model], tok, [0.0], 1.0, "mean", cfg.train.max_length, cfg.batch_size)
         # both timed now, under the same machine load (the strong scorer has no memo: it
         # really scores the texts again)
         best = float("inf")

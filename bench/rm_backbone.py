@@ -42,15 +42,10 @@ def main() -> None:
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
-    from rlhf.pipeline.reward.scorer import Scorer
-    from rlhf.pipeline.reward.stage import (
-        _accuracy,
-        _gold_pairs,
-        _pair_margins,
-        eval_prompts_of,
-        fresh_samples,
-        spearman,
-    )
+    from rlhf.pipeline.reward.onpolicy import spearman
+    from rlhf.pipeline.reward.report import _accuracy, _gold_pairs, _pair_margins, fresh_samples
+    from rlhf.pipeline.reward.scorer import RMEnsemble
+    from rlhf.pipeline.reward.stage import eval_prompts_of
     from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
     from rlhf.pipeline.world.judge import gold_score
     from rlhf.store.io import read_table
@@ -84,7 +79,7 @@ def main() -> None:
         t0 = time.perf_counter()
         model, _ = train_rm(init_rm(init, seed=cfg.seed), tok, train, tcfg, seed=cfg.seed)
         train_s = time.perf_counter() - t0
-        scorer = Scorer([model], tok, [0.0], 1.0, "mean", tcfg.max_length, cfg.batch_size)
+        scorer = RMEnsemble([model], tok, [0.0], 1.0, "mean", tcfg.max_length, cfg.batch_size)
         t0 = time.perf_counter()
         scores = scorer.member_rewards(f_prompts, f_resps)[0].tolist()
         score_s = time.perf_counter() - t0

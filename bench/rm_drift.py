@@ -8,10 +8,11 @@ can re-label for RM evolution).
 def main() -> None:
     from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.ppo.samplers import load_prompts
-    from rlhf.pipeline.reward import load_scorer
+    from rlhf.pipeline.reward import load_ensemble
     from rlhf.pipeline.reward.onpolicy import onpolicy_set, spearman
     prompts=[t for _,t in load_prompts('artifacts/store/pool')]
-    strong=load_scorer('artifacts/models/rm_strong'); light=load_scorer('artifacts/models/rm_light')
+    strong=load_ensemble('artifacts/models/rm_strong')
+    light=load_ensemble('artifacts/models/rm_light')
     for name in ['artifacts/models/sft','artifacts/ppo/policy']:
         pol,tok=load_policy(name)
         d=onpolicy_set(pol,tok,prompts,4,0.8,0.95,48,7,64)

@@ -11,13 +11,18 @@ import typer
 
 from rlhf.cli import doctor as doctor_cmd
 from rlhf.cli import query as query_cmd
-from rlhf.cli import stages_rm
 from rlhf.cli.world import world_app
 from rlhf.cli import ppo as ppo_cmd
 from rlhf.cli import eval as eval_cmd
 from rlhf.cli import export as export_cmd
 from rlhf.cli import funnel as funnel_cmd
 from rlhf.cli import route as route_cmd
+from rlhf.cli import sft as sft_cmd
+from rlhf.cli import preferences as preferences_cmd
+from rlhf.cli import reward as reward_cmd
+from rlhf.cli import difficulty as difficulty_cmd
+from rlhf.cli import demos as demos_cmd
+from rlhf.cli import judge as judge_cmd
 from rlhf.cli.common import fail
 
 app = typer.Typer(
@@ -72,14 +77,14 @@ app.command("ppo")(ppo_cmd.ppo)
 app.command("eval")(eval_cmd.eval_cmd)
 app.command("ingest")(funnel_cmd.ingest)
 app.command("dedup")(funnel_cmd.dedup)
-app.command("sft")(stages_rm.sft)
-app.command("preferences")(stages_rm.preferences)
-app.command("reward")(stages_rm.reward)
-app.command("reward-figures")(stages_rm.reward_figures)
-app.command("difficulty")(stages_rm.difficulty)
+app.command("sft")(sft_cmd.sft)
+app.command("preferences")(preferences_cmd.preferences)
+app.command("reward")(reward_cmd.reward)
+app.command("reward-figures")(reward_cmd.reward_figures)
+app.command("difficulty")(difficulty_cmd.difficulty)
 app.command("route")(route_cmd.route)
-app.command("demos")(stages_rm.demos)
-app.command("judge")(stages_rm.judge)
+app.command("demos")(demos_cmd.demos)
+app.command("judge")(judge_cmd.judge)
 app.command("export")(export_cmd.export)
 
 

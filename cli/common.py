@@ -60,6 +60,60 @@ def add_plain_row(table: Table, *cells: Any) -> None:
     table.add_row(*(c if isinstance(c, Text) else plain(c) for c in cells))
 
 
+# --------------------------------------------------------------------------- stage commands
+# What the stage commands (cli/sft.py, preferences.py, reward.py, difficulty.py, demos.py,
+# judge.py) share: their input checks and the metric table each prints at its end.
+console = Console()
+
+
+def need_dir(path: Path | None, what: str) -> None:
+    """Fail with one error line unless `path` (the flag `what`) is a folder; None passes."""
+    if path is not None and not path.is_dir():
+        fail(f"{what} {path} is not a folder")
+
+
+def need_model(kind: str, path: Path | None, what: str) -> None:
+    """Fail with one error line naming `path` unless it is a readable model folder of `kind`
+    (policy, scorer, tokenizer, model_config): missing, truncated or the wrong kind."""
+    from rlhf.pipeline.models import model_folders as mf
+
+    checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
+              "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
+              "pretrained": mf.check_pretrained}
+    if path is None:
+        return
+    try:
+        checks[kind](path, what)
+    except mf.ModelFolderError as exc:
+        fail(str(exc))
+
+
+def fmt(v: Any) -> str:
+    """A figure as a summary table shows it: floats to 4 significant digits, None as `-`."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def print_table(title: str, rows: list[tuple[str, Any]]) -> None:
+    """Print a stage's `metric | value` summary (values through `fmt`)."""
+    t = data_table(title, ["metric", ("value", {"justify": "right"})])  # paths shown verbatim
+    for k, v in rows:
+        add_plain_row(t, k, fmt(v))
+    console.print(t)
+
+
+def pool_or_demos(pool: Path | None, demos: Path | None) -> Path | None:
+    """The pool folder to read, or None to fall back on --demos (an error if neither is usable)."""
+    if pool is not None and not pool.is_dir():
+        if demos is None:
+            fail(f"--pool {pool} is not a folder")
+        return None
+    return pool
+
+
 # --------------------------------------------------------------------------- params, metrics
 # Every value the running command read from its params file, by section (`load_config` records
 # them): `write_metrics` puts them in the report as `params`, so a report says what its stage ran

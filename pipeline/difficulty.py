@@ -150,7 +150,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
     `compute`: the policy's and the RM's device and dtype (pipeline/models/compute.py; None: float32 on
     the CPU)."""
     from rlhf.pipeline.models.policy import engine_on, load_policy, quiet_hf, sample
-    from rlhf.pipeline.reward.scorer import load_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble
     from rlhf.store.io import staged_folders, write_shard
 
     quiet_hf()
@@ -164,7 +164,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
                   temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
                   batch_size=cfg.batch_size, progress=progress, engine=cfg.engine, cost=counted)
     samples = [o[0] for o in outs]
-    scorer = load_scorer(reward_model, batch_size=cfg.batch_size, compute=compute)
+    scorer = load_ensemble(reward_model, batch_size=cfg.batch_size, compute=compute)
     rm, _ = scorer(texts, [s.response for s in samples])
     lengths = [s.n_tokens for s in samples]
     stds = [s.logprob_std for s in samples]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from rlhf.pipeline.models import text
 from rlhf.pipeline.decode import encode_prompts
-from rlhf.pipeline.reward.scorer import Scorer, encode_texts
+from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts
 
 LLAMA3 = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}"
           "<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
@@ -108,7 +108,7 @@ def test_the_policy_and_the_rms_read_the_conversation_as_the_template_renders_it
     want = [_template_ids(tok, c, generation_prompt=False) for c in answered]
     assert encode_texts(tok, prompts, [RESPONSE] * 2, 512) == want
     rm = _rm(tok)
-    scorer = Scorer([rm], tok, [0.0], 1.0)
+    scorer = RMEnsemble([rm], tok, [0.0], 1.0)
     rewards, _ = scorer(prompts, [RESPONSE] * 2)
     assert rewards.tolist() == pytest.approx([_direct_score(rm, ids) for ids in want], abs=1e-5)
 

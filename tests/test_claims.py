@@ -68,7 +68,7 @@ def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):
     (tests/test_ppo_records.py checks that PPO marks scores below it `queued`)."""
     import torch
     from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
-    from rlhf.pipeline.reward.scorer import load_scorer, save_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble, save_scorer
     from tiny_world import write_tokenizer
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
@@ -84,7 +84,7 @@ def test_the_gate_is_saved_with_the_scorer_and_read_back(tmp_path):
     t.save_pretrained(tmp_path / "rm" / "member_0")
     save_scorer(tmp_path / "rm", ["member_0"], [0.0], 1.0, "mean", 64)
     assert json.loads((tmp_path / "rm" / "scorer.json").read_text())["confidence_gate"] == 0.6
-    assert load_scorer(tmp_path / "rm").gate == CONFIDENCE_GATE == 0.6
+    assert load_ensemble(tmp_path / "rm").gate == CONFIDENCE_GATE == 0.6
 
 
 # --- the docs: the accelerate ZeRO-3 launch is marked as never run on a GPU ---------------------

@@ -133,18 +133,18 @@ def test_policy_loads_in_the_dtype_asked_for_and_samples(world, capsys):
 def test_reward_models_load_and_score_in_the_dtype_asked_for(world):
     """reward scoring, difficulty, eval's RMs and ppo's reward: the stage's scorer.json folders
     and a plain sequence-classification folder; scores come back float32 on the CPU."""
-    from rlhf.pipeline.ppo.scoring import load_scorer as ppo_scorer
-    from rlhf.pipeline.reward.scorer import load_scorer
+    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble
 
-    strong = load_scorer(world["strong_reward"], compute=BF16)
+    strong = load_ensemble(world["strong_reward"], compute=BF16)
     assert all(_dtypes(m) == {torch.bfloat16} for m in strong.models)
     rewards, conf = strong(ppo_tiny.PROMPTS[:3], ["good", "bad", "nice"])
     assert rewards.dtype == torch.float32 and rewards.shape == (3,) and conf.shape == (3,)
-    light = ppo_scorer(world["reward"], compute=BF16)  # ppo's light RM (a reward-stage folder)
+    light = load_scorer(world["reward"], compute=BF16)  # ppo's light RM (a reward-stage folder)
     scores, _ = light.score(ppo_tiny.PROMPTS[:2], ["good", "bad"])
     assert scores.shape == (2,)
     plain_rm = world["strong_reward"] / "m0"  # a plain save_pretrained RM folder
-    hf = ppo_scorer(plain_rm, compute=BF16)
+    hf = load_scorer(plain_rm, compute=BF16)
     assert _dtypes(hf.model) == {torch.bfloat16}
     assert hf.score(["a"], ["good"])[0].dtype == torch.float32
 

@@ -21,12 +21,6 @@ ALLOWED = {
     "pipeline/world/topics.py": "a data table: the embedded world's topics, their facts, keywords "
                                 "and questions (one `_t(...)` row each)",
     "pipeline/reward/stage.py": _WAVE.format("speed helper"),
-    "pipeline/ppo/trainer.py": _WAVE.format("LoRA helper"),
-    "pipeline/ppo/critic.py": _WAVE.format("LoRA helper"),
-    "pipeline/decode/*": _WAVE.format("engine helper"),
-    "pipeline/models/text.py": _WAVE.format("compute/chat helpers"),
-    "pipeline/models/policy.py": _WAVE.format("compute/chat helpers"),
-    "pipeline/sft.py": _WAVE.format("compute/chat helpers"),
 }
 
 

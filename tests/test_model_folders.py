@@ -159,10 +159,10 @@ def test_truncated_ppo_checkpoint_and_missing_checkpoints(models, tmp_path):
 
 
 def test_the_loaders_run_the_checks(models, tmp_path):
-    """load_policy / load_scorer (what preferences, reward, difficulty, eval and PPO call) give
+    """load_policy / load_ensemble (what preferences, reward, difficulty, eval and PPO call) give
     the same error, not safetensors' or transformers' traceback."""
     from rlhf.pipeline.models.policy import load_policy
-    from rlhf.pipeline.reward.scorer import load_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble
 
     p = _copy(models["policy"], tmp_path / "p")
     _truncate(p / "model.safetensors")
@@ -171,8 +171,8 @@ def test_the_loaders_run_the_checks(models, tmp_path):
     r = _copy(models["rm"], tmp_path / "r")
     _truncate(r / "member_0" / "model.safetensors")
     with pytest.raises(ModelFolderError, match="truncated"):
-        load_scorer(r)
-    assert load_scorer(models["rm"]).gate == 0.6  # a good one still loads
+        load_ensemble(r)
+    assert load_ensemble(models["rm"]).gate == 0.6  # a good one still loads
 
 
 # --- every CLI command that loads a model ---------------------------------------------------

@@ -78,7 +78,7 @@ def test_the_preferences_stage_declares_the_real_data_it_reads(repo):
 def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     import torch
     from rlhf.pipeline import difficulty, preferences
-    from rlhf.pipeline.reward import load_scorer
+    from rlhf.pipeline.reward import load_ensemble
     from rlhf.pipeline.reward.distill import LightConfig
     from rlhf.pipeline.reward.stage import RewardConfig
     from rlhf.pipeline.reward.stage import run as run_reward
@@ -154,7 +154,7 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     assert drift["windows"] and all(v > 0.1 for v in drift["drift_per_day"].values())
     assert m["external"].get("skipped")  # no external rows in this table
 
-    strong, light = load_scorer(tmp_path / "rm_strong"), load_scorer(tmp_path / "rm_light")
+    strong, light = load_ensemble(tmp_path / "rm_strong"), load_ensemble(tmp_path / "rm_light")
     assert len(strong.models) == 2 and len(light.models) == 1
     # the configured gate (not the module default, 0.6) reaches both scorers and the report
     assert strong.gate == light.gate == 0.45 == strong.meta["confidence_gate"]

@@ -23,7 +23,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.slow
 def test_pairwise_loss_decreases_and_scorer_roundtrip(tiny, tmp_path):
-    from rlhf.pipeline.reward.scorer import load_scorer, save_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble, save_scorer
     from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, pairwise_loss, train_rm
 
     _, tok, config = tiny
@@ -43,7 +43,7 @@ def test_pairwise_loss_decreases_and_scorer_roundtrip(tiny, tmp_path):
         members.append(model)
     save_scorer(tmp_path, ["member_0", "member_1"], [0.5, -0.5], temperature=2.0,
                 aggregation="mean", max_length=cfg.max_length)
-    scorer = load_scorer(tmp_path)
+    scorer = load_ensemble(tmp_path)
     prompts = [p["prompt"] for p in held[:6]]
     good, bad = [p["chosen"] for p in held[:6]], [p["rejected"] for p in held[:6]]
     r_good, c_good = scorer(prompts, good)
@@ -72,7 +72,7 @@ def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     fresh score head, fine-tuned by the same trainer, saved and reloaded as a scorer
     with its own (BERT) tokenizer, which has no EOS: the encoding keeps [CLS] ... [SEP]."""
     from rlhf.pipeline.models.policy import load_tokenizer
-    from rlhf.pipeline.reward.scorer import encode_texts, load_scorer, save_scorer
+    from rlhf.pipeline.reward.scorer import encode_texts, load_ensemble, save_scorer
     from rlhf.pipeline.reward.train import (
         RmTrainConfig,
         init_rm,
@@ -102,7 +102,7 @@ def test_minilm_backbone_trains_and_scores_through_the_same_path(tmp_path):
     tok.save_pretrained(tmp_path / "member_0")
     save_scorer(tmp_path, ["member_0"], [0.0], temperature=1.0, aggregation="mean",
                 max_length=cfg.max_length)
-    scorer = load_scorer(tmp_path)
+    scorer = load_ensemble(tmp_path)
     assert scorer.tokenizer.eos_token is None
     prompts = [p["prompt"] for p in held]
     good, _ = scorer(prompts, [p["chosen"] for p in held])
@@ -159,7 +159,7 @@ def test_resolve_precision_reads_the_cpu_flags(tmp_path):
 
 
 def test_scorer_memo_scores_each_text_once_with_the_same_results(tiny):
-    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble
     from rlhf.pipeline.reward.train import init_rm
 
     _, tok, config = tiny
@@ -170,8 +170,8 @@ def test_scorer_memo_scores_each_text_once_with_the_same_results(tiny):
     pairs = toy_pairs(6, seed=3)
     prompts = [p["prompt"] for p in pairs]
     resps = [p["chosen"] for p in pairs]
-    plain = Scorer(models, tok, [0.25, -0.5], 1.5)
-    memo = Scorer(models, tok, [0.25, -0.5], 1.5)
+    plain = RMEnsemble(models, tok, [0.25, -0.5], 1.5)
+    memo = RMEnsemble(models, tok, [0.25, -0.5], 1.5)
     memo.memo = {}
     expected = plain.member_rewards(prompts, resps)
     calls.clear()
@@ -304,7 +304,7 @@ def test_a_scorer_scores_in_the_precision_its_rm_was_saved_with(tiny, tmp_path):
     scorer (PPO's, eval's) scores in it, an older folder without the key in float32."""
     import json
 
-    from rlhf.pipeline.reward.scorer import load_scorer, save_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble, save_scorer
     from rlhf.pipeline.reward.train import init_rm
 
     _, tok, config = tiny
@@ -312,14 +312,14 @@ def test_a_scorer_scores_in_the_precision_its_rm_was_saved_with(tiny, tmp_path):
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     save_scorer(tmp_path, ["m"], [0.0], 1.0, "mean", 64, precision="bf16")
-    bf16 = load_scorer(tmp_path)
+    bf16 = load_ensemble(tmp_path)
     assert bf16.precision == "bf16"
     prompts, resps = ["Tell me about red things."] * 3, ["Red is nice.", "Blue.", "Red red red."]
     r16, _ = bf16(prompts, resps)
     meta = json.loads((tmp_path / "scorer.json").read_text())
     del meta["precision"]
     (tmp_path / "scorer.json").write_text(json.dumps(meta))
-    fp32 = load_scorer(tmp_path)
+    fp32 = load_ensemble(tmp_path)
     assert fp32.precision == "fp32"
     r32, _ = fp32(prompts, resps)
     assert r16.dtype == torch.float32 and torch.allclose(r16, r32, atol=0.05)

@@ -58,7 +58,7 @@ def test_difficulty_records_its_engine_and_native_costs_less(tiny, tmp_path):
 def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     from rlhf.pipeline import decode
     from rlhf.pipeline.models.policy import load_policy
-    from rlhf.pipeline.reward import load_scorer
+    from rlhf.pipeline.reward import load_ensemble
     from rlhf.pipeline.reward.report import fresh_samples, onpolicy_figures
     from rlhf.pipeline.reward.stage import RewardConfig, distill_set
 
@@ -74,7 +74,7 @@ def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     assert policy_idx == [0, 1, 2, 3]
     assert [len(g) for g in groups] == [2, 2] and len(responses) == 4
     assert len(fresh_samples(cfg, policy, tok, prompts, None)[1]) == 4
-    strong, light = load_scorer(world["strong_reward"]), load_scorer(world["reward"])
+    strong, light = load_ensemble(world["strong_reward"]), load_ensemble(world["reward"])
     report = onpolicy_figures(replace(cfg, onpolicy_k=2), policy, tok, prompts, strong, light,
                               toy_gold, None, lambda msg: None)
     assert report["sampling"]["engine"] == resolved and report["n_prompts"] == 2

@@ -142,7 +142,7 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
             from rlhf.pipeline.decode import Sampling
             from rlhf.pipeline.models.policy import load_policy
             from rlhf.pipeline.ppo.samplers import load_prompts
-            from rlhf.pipeline.reward import load_scorer
+            from rlhf.pipeline.reward import load_ensemble
             from rlhf.pipeline.reward.onpolicy import onpolicy_set
             from rlhf.pipeline.reward.score_map import ScoreMap
 
@@ -155,8 +155,8 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
             data = onpolicy_set(policy, tok, prompts, rcfg.onpolicy_k, smp.temperature,
                                 smp.top_p, smp.max_new_tokens, rcfg.seed + 3, rcfg.batch_size,
                                 engine=rcfg.engine)
-            s = load_scorer(strong)(data.prompts, data.responses)[0].tolist()
-            li = load_scorer(inputs / "rm_light")(data.prompts, data.responses)[0].tolist()
+            s = load_ensemble(strong)(data.prompts, data.responses)[0].tolist()
+            li = load_ensemble(inputs / "rm_light")(data.prompts, data.responses)[0].tolist()
             smap = ScoreMap.fit(s, li)
             smap.save(inputs)
             (inputs / "score_map_report.json").write_text(json.dumps(smap.report(s, li)))

@@ -86,13 +86,13 @@ class RMJudge(_PerPair):
     def __init__(self, model: str | Path, name: str, batch_size: int = 64, max_length: int = 256,
                  compute=None):
         from rlhf.pipeline.models.policy import quiet_hf
-        from rlhf.pipeline.reward.scorer import SCORER_FILE, Scorer, load_rm, load_scorer
+        from rlhf.pipeline.reward.scorer import SCORER_FILE, RMEnsemble, load_ensemble, load_rm
 
         quiet_hf()  # no library load bars in the stage's output
         self.name = name
         path = Path(model)
         if (path / SCORER_FILE).is_file():
-            self._scorer = load_scorer(path, batch_size=batch_size, compute=compute)
+            self._scorer = load_ensemble(path, batch_size=batch_size, compute=compute)
         else:
             from rlhf.pipeline.models.policy import load_tokenizer
 
@@ -104,7 +104,7 @@ class RMJudge(_PerPair):
                 rm, tok = load_rm(model, compute), load_tokenizer(model)
             except OSError as exc:  # a hub name offline, or not a model
                 raise ValueError(f"judge {name}: cannot load {model}: {exc}") from None
-            self._scorer = Scorer([rm], tok, [0.0], 1.0, "mean", max_length, batch_size)
+            self._scorer = RMEnsemble([rm], tok, [0.0], 1.0, "mean", max_length, batch_size)
 
     def score(self, prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
         if len(prompts) != len(responses):
@@ -159,7 +159,7 @@ def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str 
     import torch
     from rlhf.pipeline.models.policy import load_tokenizer, quiet_hf
     from rlhf.pipeline.preferences import expand_pairs
-    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble
     from rlhf.pipeline.reward.train import init_rm, resolve_backbone, train_rm
     from rlhf.store.io import read_table, staged_folders, write_text_atomic
 
@@ -184,8 +184,8 @@ def train_heldout_judge(cfg: JudgeConfig, preferences_dir: str | Path, out: str 
                "n_gold_pairs": len(gold), "n_gold_prompts": len({p["prompt_id"] for p in gold}),
                "sources": sorted({p["source"] for p in gold}), "n_heldout_pairs": len(held)}
     if held:
-        scorer = Scorer([model.eval()], tok, [0.0], 1.0, "mean", cfg.train.max_length,
-                        cfg.batch_size)
+        scorer = RMEnsemble([model.eval()], tok, [0.0], 1.0, "mean", cfg.train.max_length,
+                            cfg.batch_size)
         prompts = [p["prompt"] for p in held]
         margin = (scorer(prompts, [p["chosen"] for p in held])[0]
                   - scorer(prompts, [p["rejected"] for p in held])[0])

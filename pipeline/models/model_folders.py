@@ -8,7 +8,7 @@ used to fail deep inside transformers, torch or safetensors with a traceback tha
 the folder. These checks read only what is cheap (config.json, scorer.json, the safetensors
 header and the file sizes it implies, a zip's central directory) and raise one
 `ModelFolderError` that names the path and says what is wrong; the CLI prints it as one
-`error:` line. `load_policy` and `load_scorer` run them too, so every caller gets them.
+`error:` line. `load_policy` and `load_ensemble` run them too, so every caller gets them.
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def attribution_scores(model, tokenizer, prompts: list[str], responses: list[str
 
 
 class RewardStageScorer:
-    """The reward stage's scorer (`rlhf.pipeline.reward.load_scorer`: a callable returning
+    """The reward stage's scorer (`rlhf.pipeline.reward.load_ensemble`: a callable returning
     baseline-relative rewards and ensemble confidence) under this module's interface.
 
     A single-member scorer (the light RM) also gets `token_scores`, the per-position attribution
@@ -243,7 +243,7 @@ class RewardStageScorer:
 
 def load_scorer(path: str | Path, name: str = "light_rm", compute=None):
     """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
-    `rlhf.pipeline.reward.load_scorer`), else a plain sequence-classification checkpoint; named
+    `rlhf.pipeline.reward.load_ensemble`), else a plain sequence-classification checkpoint; named
     `name` and versioned by the folder's content hash (the `rm_scores` table records both).
     `path` may also be a reward function (`python:file.py:function`) or a reward server
     (`http://host:port/path`), versioned by its spec (code_rewards.py). `compute`: an RM
@@ -257,9 +257,9 @@ def load_scorer(path: str | Path, name: str = "light_rm", compute=None):
         return scorer
     path = Path(path)
     if (path / "scorer.json").is_file():
-        from rlhf.pipeline.reward import load_scorer as reward_loader
+        from rlhf.pipeline.reward import load_ensemble
 
-        scorer = RewardStageScorer(reward_loader(path, compute=compute))
+        scorer = RewardStageScorer(load_ensemble(path, compute=compute))
     elif (path / "config.json").is_file():
         scorer = HFScorer.load(str(path), compute)
     else:

@@ -40,7 +40,7 @@ def run(cfg: RewardConfig, strong_dir: str | Path, light_dir: str | Path, sft_di
     import torch
     from rlhf.pipeline.models.policy import load_policy, quiet_hf
     from rlhf.pipeline.reward.score_map import FILENAME, ScoreMap
-    from rlhf.pipeline.reward.scorer import load_scorer
+    from rlhf.pipeline.reward.scorer import load_ensemble
     from rlhf.store.io import read_table
 
     quiet_hf()
@@ -48,7 +48,7 @@ def run(cfg: RewardConfig, strong_dir: str | Path, light_dir: str | Path, sft_di
     torch.manual_seed(cfg.seed)
     if judge is None:
         from rlhf.pipeline.world.judge import gold_score as judge
-    strong, light = load_scorer(strong_dir), load_scorer(light_dir)
+    strong, light = load_ensemble(strong_dir), load_ensemble(light_dir)
     strong.memo = {}  # the figures score the same texts several ways: once each
     rows = read_table("preferences", preferences_dir).select(["prompt_id", "source"]).to_pylist()
     exclude = {r["prompt_id"] for r in rows if r["source"] in cfg.train_sources}

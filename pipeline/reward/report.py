@@ -234,7 +234,7 @@ def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, s
     from rlhf.pipeline.config import effective
     from rlhf.pipeline.preferences import expand_pairs
     from rlhf.pipeline.reward.keep import fingerprint, kept_or_trained
-    from rlhf.pipeline.reward.scorer import Scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble
     from rlhf.pipeline.reward.train import RmTrainConfig, init_rm, train_rm
 
     out: dict[str, Any] = {}
@@ -264,8 +264,8 @@ def external_accuracy(cfg: RewardConfig, rows: Sequence[dict], init: str, tok, s
     inputs = fingerprint({"train": effective(tcfg), "seed": cfg.seed, "init": init,
                           "precision": strong.precision, "pairs": train})
     model, _, _ = kept_or_trained(checkpoints, "external", inputs, fit, log, "external side RM")
-    ext_scorer = Scorer([model], tok, [0.0], 1.0, "mean", cfg.external_max_length, cfg.batch_size,
-                        precision=strong.precision)
+    ext_scorer = RMEnsemble([model], tok, [0.0], 1.0, "mean", cfg.external_max_length,
+                            cfg.batch_size, precision=strong.precision)
     for source in cfg.external_sources:
         h = [p for p in held if p["source"] == source]
         if not h:

@@ -1,4 +1,5 @@
-"""The reward scorer PPO calls: `load_scorer(path)(prompts, responses) -> (rewards, confidence)`.
+"""The reward stage's RM ensemble (`RMEnsemble`), what PPO's scorer (ppo/scoring.py) wraps:
+`load_ensemble(path)(prompts, responses) -> (rewards, confidence)`.
 
 A scorer folder holds `scorer.json` and one or more sequence-classification checkpoints
 (`save_pretrained`, each with its tokenizer):
@@ -8,7 +9,7 @@ A scorer folder holds `scorer.json` and one or more sequence-classification chec
                                               "aggregation": "mean", "max_length": L, ...}
     artifacts/models/rm_light/scorer.json    {"members": ["."], ...}
 
-    scorer = load_scorer("artifacts/models/rm_strong")
+    scorer = load_ensemble("artifacts/models/rm_strong")
     rewards, confidence = scorer(prompts, responses)   # torch.float32 [B] and [B]
 
 - rewards: each member's score minus its reference (the member's mean score of SFT-policy
@@ -183,8 +184,10 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
     return scores if scores.device.type == "cpu" else scores.cpu()
 
 
-class Scorer:
-    """An ensemble (or a single) of sequence-classification RMs with references and calibration."""
+class RMEnsemble:
+    """An ensemble (or a single) of sequence-classification RMs with references and calibration
+    (ppo/scoring.py's `Scorer` protocol is what PPO reads rewards from; this is the reward
+    stage's model behind it)."""
 
     def __init__(self, models: list, tokenizer, references: Sequence[float], temperature: float,
                  aggregation: str = "mean", max_length: int = 256, batch_size: int = 64,
@@ -284,8 +287,8 @@ def load_rm(path: str | Path, compute=None):
     return model
 
 
-def load_scorer(path: str | Path, aggregation: str | None = None,
-                batch_size: int = 64, compute=None) -> Scorer:
+def load_ensemble(path: str | Path, aggregation: str | None = None,
+                  batch_size: int = 64, compute=None) -> RMEnsemble:
     """The scorer saved in folder `path` (see the module docstring); its members loaded in
     `compute` (`load_rm`)."""
     from rlhf.pipeline.models.policy import load_tokenizer
@@ -296,7 +299,7 @@ def load_scorer(path: str | Path, aggregation: str | None = None,
     meta = json.loads((path / SCORER_FILE).read_text())
     models = [load_rm(path / m, compute) for m in meta["members"]]
     tokenizer = load_tokenizer(path / meta["members"][0])
-    return Scorer(models, tokenizer, meta["references"], meta["temperature"],
-                  aggregation or meta["aggregation"], meta["max_length"], batch_size,
-                  meta.get("confidence_gate", CONFIDENCE_GATE), meta,
-                  meta.get("precision", "fp32"))
+    return RMEnsemble(models, tokenizer, meta["references"], meta["temperature"],
+                      aggregation or meta["aggregation"], meta["max_length"], batch_size,
+                      meta.get("confidence_gate", CONFIDENCE_GATE), meta,
+                      meta.get("precision", "fp32"))

@@ -39,16 +39,14 @@ from rlhf.pipeline.reward.distill import LightConfig
 from rlhf.pipeline.reward.ensemble import member_checkpoints, save_tokenizer, train_strong
 from rlhf.pipeline.reward.keep import fingerprint, folder_digest, kept_or_trained
 
-# the report's steps (reward/report.py); bench/ imports fresh_samples and spearman from here
-from rlhf.pipeline.reward.report import (  # noqa: F401
+# the report's steps (reward/report.py)
+from rlhf.pipeline.reward.report import (
     _accuracy,
     _gold_pairs,
     _jsonable,
     _pair_margins,
     annotator_drift,
     external_accuracy,
-    fresh_samples,
-    spearman,
 )
 from rlhf.pipeline.reward.train import RmTrainConfig
 
@@ -299,15 +297,16 @@ def calibrate_strong(cfg: RewardConfig, members: list, names: list[str], tok, da
     """Step 3: references (each member's mean score of the train-split responses), the
     confidence temperature; saves the scorer file. Returns (strong scorer, report)."""
     from rlhf.pipeline.reward.confidence import accuracy_by_confidence, fit_temperature
-    from rlhf.pipeline.reward.scorer import Scorer, save_scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble, save_scorer
 
     ref_prompts, ref_resps = _references(data)
-    raw = Scorer(members, tok, [0.0] * len(members), 1.0, cfg.aggregation, cfg.train.max_length,
-                 cfg.batch_size, cfg.confidence_gate, precision=precision)
+    raw = RMEnsemble(members, tok, [0.0] * len(members), 1.0, cfg.aggregation,
+                     cfg.train.max_length, cfg.batch_size, cfg.confidence_gate,
+                     precision=precision)
     raw.memo = {}  # raw scores: shared with `strong`, which only subtracts the references
     references = raw.member_rewards(ref_prompts, ref_resps).mean(dim=1).tolist()
-    strong = Scorer(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
-                    cfg.batch_size, cfg.confidence_gate, precision=precision)
+    strong = RMEnsemble(members, tok, references, 1.0, cfg.aggregation, cfg.train.max_length,
+                        cfg.batch_size, cfg.confidence_gate, precision=precision)
     strong.memo = raw.memo  # the report scores the same texts several ways: once each
     held = data.held_pairs
     calib, report_half = _calibration_halves(held)
@@ -354,7 +353,7 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
     from rlhf.pipeline.config import effective
     from rlhf.pipeline.reward.confidence import fit_temperature
     from rlhf.pipeline.reward.distill import build_light, distill
-    from rlhf.pipeline.reward.scorer import Scorer, encode_texts, save_scorer
+    from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts, save_scorer
 
     # the sampling and the strong RM's labels run in every run, a resumed one too: the strong
     # scorer memoises what it scored, and a text scored in another batch can differ in its last
@@ -385,11 +384,11 @@ def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, pol
                                               "light RM", compute)
     seconds = round(time.perf_counter() - t0, 1)
     ref_prompts, ref_resps = _references(data)
-    light_raw = Scorer([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
-                       cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
+    light_raw = RMEnsemble([light_model], light_tok, [0.0], 1.0, "mean", cfg.train.max_length,
+                           cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
     light_ref = float(light_raw.member_rewards(ref_prompts, ref_resps).mean())
-    light = Scorer([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
-                   cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
+    light = RMEnsemble([light_model], light_tok, [light_ref], 1.0, "mean", cfg.train.max_length,
+                       cfg.batch_size, cfg.confidence_gate, precision=strong.precision)
     calib, _ = _calibration_halves(data.held_pairs)
     light.temperature = fit_temperature(_pair_margins(light, calib))
     light_model.save_pretrained(folder)

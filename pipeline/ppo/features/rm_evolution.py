@@ -180,7 +180,7 @@ class RMEvolution(HookBase):
         from rlhf.pipeline.reward.scorer import encode_texts
         from rlhf.store.hashing import content_hash
 
-        inner = self.light.scorer  # rlhf.pipeline.reward.scorer.Scorer, one member
+        inner = self.light.scorer  # rlhf.pipeline.reward.scorer.RMEnsemble, one member
         model, tok, ref = inner.models[0], inner.tokenizer, inner.references[0]
         ids = encode_texts(tok, [p for p, _ in pairs], [x for _, x in pairs], inner.max_length)
         cfg = replace(LightConfig(), epochs=self.cfg.rm_finetune_epochs,
