@@ -122,7 +122,10 @@ PARAMS = {
 }
 
 
-def write_params(path: Path, **overrides) -> Path:
+def write_params(path: Path, attn_implementation: str = "eager", **overrides) -> Path:
+    """A params file of PARAMS with `overrides` in its ppo section; the attention goes to the
+    `compute` section (pipeline/models/compute.py), where every stage reads it."""
     from params_file import write_params as write
 
-    return write(path, ppo={**PARAMS, **overrides}, compute={"attn_implementation": "eager"})
+    return write(path, ppo={**PARAMS, **overrides},
+                 compute={"attn_implementation": attn_implementation})
