@@ -149,6 +149,20 @@ def test_reward_models_load_and_score_in_the_dtype_asked_for(world):
     assert hf.score(["a"], ["good"])[0].dtype == torch.float32
 
 
+def test_ppo_features_load_the_strong_rm_in_the_dtype_asked_for(world):
+    """Level 2 and RM evolution read `--strong-reward` through the feature context, which
+    trainer.run gives the ppo stage's compute: the strong RM loads as the light one does."""
+    from rlhf.pipeline.ppo.config import PPOConfig
+    from rlhf.pipeline.ppo.features import FeatureContext
+
+    paths = {"strong_reward": world["strong_reward"]}
+    strong = FeatureContext(PPOConfig(), paths, compute=BF16).optional("strong_reward")
+    assert strong.name == "strong_rm"
+    assert all(_dtypes(m) == {torch.bfloat16} for m in strong.scorer.models)
+    plain = FeatureContext(PPOConfig(), paths).optional("strong_reward")  # None: as before
+    assert all(_dtypes(m) == {torch.float32} for m in plain.scorer.models)
+
+
 def test_the_judge_loads_its_rm_in_the_dtype_asked_for(world):
     from rlhf.pipeline.models.judges import JudgeConfig, load_judge
 

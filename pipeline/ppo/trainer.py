@@ -399,8 +399,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     post-scoring hook run after the config's (bench/economy/sample.py's measurement).
     `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only).
     `compute`: the resolved params.yaml `compute` (compute.Compute; None: what `auto` gives
-    here): the policy's and the reference's dtype and attention, the device, and gradient
-    checkpointing of the policy."""
+    here): the dtype and attention of the policy, the reference and the reward models (the light
+    one and `strong_reward`), the device, and gradient checkpointing of the policy."""
     from rlhf.pipeline.models.compute import Compute, resolve
     from rlhf.pipeline.progress import quiet_libraries
 
@@ -443,7 +443,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                          objects={k: v for k, v in given.items()
                                   if not isinstance(v, str | Path)},
                          tokenizer=tokenizer, light_scorer=scorer, prompts=prompts,
-                         prompts_path=prompts_path, params=Path(params) if params else None)
+                         prompts_path=prompts_path, params=Path(params) if params else None,
+                         compute=compute)
     hooks = build_hooks(cfg, ctx, extra=[probe] if probe is not None else None)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), accelerator=_accelerator(compute),
