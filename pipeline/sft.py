@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf.pipeline.models.compute import own_accelerate_state
 from rlhf.pipeline.models.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
 from rlhf.store.hashing import hashed_split
 
@@ -227,6 +228,7 @@ def _TrackStep(trainer, trackers):
     return TrackStep()
 
 
+@own_accelerate_state()  # the Trainer's bf16 and device stay its own (compute.py)
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
               model_config_path: str | Path | None = None, trackers=None,

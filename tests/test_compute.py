@@ -234,9 +234,11 @@ def test_sft_trains_in_bf16_and_its_saved_config_records_it(tmp_path):
                   compute=Compute(dtype="bfloat16", gradient_checkpointing=True))
     assert m["train_loss"] == m["train_loss"]  # a number, not NaN
     assert saved_dtype(tmp_path / "sft") == "bfloat16"
-    # the Trainer's accelerate state (a process-wide singleton) keeps bf16 mixed precision: a
-    # later test of this worker that builds an Accelerator would run under it (each stage is its
-    # own process, so the pipeline never shares it)
-    from accelerate.state import AcceleratorState
+    # accelerate's state is process-wide: ppo, next in the same process, builds its accelerator
+    # from its own compute (float32 on the CPU), not under the Trainer's bf16 autocast
+    from rlhf.pipeline.ppo.trainer import _accelerator
 
-    AcceleratorState._reset_state(reset_partial_state=True)
+    acc = _accelerator(resolve(machine=NO_GPU))
+    assert acc.mixed_precision == "no" and acc.device.type == "cpu"
+    with acc.autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
