@@ -408,7 +408,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.models.policy import set_threads
-    from rlhf.pipeline.ppo.code_rewards import check_features
+    from rlhf.pipeline.ppo.code_rewards import ServerScorer, check_features
     from rlhf.pipeline.ppo.scoring import load_scorer
 
     check_features(cfg, reward_path)  # a reward that is code: no feature reads an RM's insides
@@ -425,6 +425,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     if compute.gradient_checkpointing:
         policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
     scorer = load_scorer(reward_path, name="light_rm", compute=compute)
+    if isinstance(scorer, ServerScorer):  # the server reads the texts as the policy saw them
+        scorer.policy_tokenizer = tokenizer
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:
