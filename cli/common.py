@@ -74,10 +74,12 @@ def need_dir(path: Path | None, what: str) -> None:
 
 def need_model(kind: str, path: Path | None, what: str) -> None:
     """Fail with one error line naming `path` unless it is a readable model folder of `kind`
-    (policy, scorer, tokenizer, model_config): missing, truncated or the wrong kind."""
+    (policy, scorer, tokenizer, model_config; hub_policy: a policy folder or a hub name the
+    Hugging Face cache holds): missing, truncated or the wrong kind."""
     from rlhf.pipeline.models import model_folders as mf
 
-    checks = {"policy": mf.check_policy, "scorer": mf.check_scorer,
+    checks = {"policy": mf.check_policy, "hub_policy": mf.policy_folder,
+              "scorer": mf.check_scorer,
               "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
               "pretrained": mf.check_pretrained}
     if path is None:

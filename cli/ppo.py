@@ -21,7 +21,9 @@ from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, jud
                              load_config, tracking_or_fail, use_text_format, write_metrics)
 
 
-def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
+def ppo(policy: Path = typer.Option(
+            ..., help="Policy: a save_pretrained folder with its tokenizer, or a hub name "
+                      "(org/name: its snapshot in the Hugging Face cache)."),
         reward: str = typer.Option(
             ..., help="Reward: a reward model folder (AutoModelForSequenceClassification), a "
                       "function python:path/to/file.py:function (or python:package.module:"
@@ -82,7 +84,7 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
 
     _check_reward(cfg, reward)
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
-        mf.check_policy(policy, "--policy")
+        policy = mf.policy_folder(policy, "--policy")  # a hub name: its snapshot folder
         if code_rewards.kind(reward) == "folder":
             mf.check_scorer(Path(reward), "--reward", plain_allowed=True)
         if inputs.get("strong_reward") is not None:

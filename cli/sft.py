@@ -55,8 +55,8 @@ def sft(
             fail("the embedded default (sft.base_model empty) needs --tokenizer and --model-config")
         need_model("tokenizer", tokenizer, "--tokenizer")
         need_model("model_config", model_config, "--model-config")
-    elif Path(cfg.base_model).exists():  # a local folder (else a hub name, offline: an OSError)
-        need_model("policy", Path(cfg.base_model), "sft.base_model")
+    else:  # a local folder, or a hub name (its snapshot in the Hugging Face cache)
+        need_model("hub_policy", cfg.base_model, "sft.base_model")
     t0 = time.perf_counter()
     try:
         m = run(cfg, demos, out, tokenizer, model_config, judge_or_fail(params, judge_model),

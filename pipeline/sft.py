@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf.pipeline.models.compute import own_accelerate_state
 from rlhf.pipeline.models.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
 from rlhf.store.hashing import hashed_split
 
@@ -113,15 +114,17 @@ def build_model(cfg: SftConfig, tokenizer_path: str | Path | None,
     weights in `compute`'s dtype (pipeline/models/compute.py; None: float32)."""
     import torch
     from rlhf.pipeline.models.compute import model_kwargs, note_cast
+    from rlhf.pipeline.models.model_folders import policy_folder
     from rlhf.pipeline.models.policy import load_tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dtype = model_kwargs(compute)["dtype"]
     if cfg.base_model:
-        tok = load_tokenizer(cfg.base_model)
-        if compute is not None and Path(cfg.base_model).is_dir():
-            note_cast(cfg.base_model, compute, "sft.base_model")
-        model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=dtype)
+        base = policy_folder(cfg.base_model, "sft.base_model")  # a hub name: its cached snapshot
+        tok = load_tokenizer(base)
+        if compute is not None:
+            note_cast(base, compute, "sft.base_model")
+        model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype)
         return model, tok
     if tokenizer_path is None or model_config_path is None:
         raise ValueError("the embedded default needs --tokenizer and --model-config")
@@ -227,6 +230,7 @@ def _TrackStep(trainer, trackers):
     return TrackStep()
 
 
+@own_accelerate_state()  # the Trainer's bf16 and device stay its own (compute.py)
 def train_sft(cfg: SftConfig, demos: list[dict], out_dir: str | Path,
               tokenizer_path: str | Path | None = None,
               model_config_path: str | Path | None = None, trackers=None,

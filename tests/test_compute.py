@@ -149,6 +149,20 @@ def test_reward_models_load_and_score_in_the_dtype_asked_for(world):
     assert hf.score(["a"], ["good"])[0].dtype == torch.float32
 
 
+def test_ppo_features_load_the_strong_rm_in_the_dtype_asked_for(world):
+    """Level 2 and RM evolution read `--strong-reward` through the feature context, which
+    trainer.run gives the ppo stage's compute: the strong RM loads as the light one does."""
+    from rlhf.pipeline.ppo.config import PPOConfig
+    from rlhf.pipeline.ppo.features import FeatureContext
+
+    paths = {"strong_reward": world["strong_reward"]}
+    strong = FeatureContext(PPOConfig(), paths, compute=BF16).optional("strong_reward")
+    assert strong.name == "strong_rm"
+    assert all(_dtypes(m) == {torch.bfloat16} for m in strong.scorer.models)
+    plain = FeatureContext(PPOConfig(), paths).optional("strong_reward")  # None: as before
+    assert all(_dtypes(m) == {torch.float32} for m in plain.scorer.models)
+
+
 def test_the_judge_loads_its_rm_in_the_dtype_asked_for(world):
     from rlhf.pipeline.models.judges import JudgeConfig, load_judge
 
@@ -220,9 +234,11 @@ def test_sft_trains_in_bf16_and_its_saved_config_records_it(tmp_path):
                   compute=Compute(dtype="bfloat16", gradient_checkpointing=True))
     assert m["train_loss"] == m["train_loss"]  # a number, not NaN
     assert saved_dtype(tmp_path / "sft") == "bfloat16"
-    # the Trainer's accelerate state (a process-wide singleton) keeps bf16 mixed precision: a
-    # later test of this worker that builds an Accelerator would run under it (each stage is its
-    # own process, so the pipeline never shares it)
-    from accelerate.state import AcceleratorState
+    # accelerate's state is process-wide: ppo, next in the same process, builds its accelerator
+    # from its own compute (float32 on the CPU), not under the Trainer's bf16 autocast
+    from rlhf.pipeline.ppo.trainer import _accelerator
 
-    AcceleratorState._reset_state(reset_partial_state=True)
+    acc = _accelerator(resolve(machine=NO_GPU))
+    assert acc.mixed_precision == "no" and acc.device.type == "cpu"
+    with acc.autocast():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32

@@ -64,6 +64,20 @@ def test_a_function_by_file_and_by_module_is_named_and_versioned(tmp_path):
     assert m.version.startswith(ARITH + "@") and m.score(["What is 3 + 4?"], ["7"])[0] == 1.0
 
 
+def test_a_function_gets_a_conversation_as_its_messages_and_a_single_turn_as_its_text(tmp_path):
+    """The prompts as their source held them, not in the store's hh-rlhf notation nor in any
+    template: TRL's reward_funcs get a conversational dataset's message lists."""
+    from test_chat_templates import MULTI, MULTI_MESSAGES, SINGLE
+
+    path = _module(tmp_path, "SEEN = []\n\ndef f(prompts, responses):\n"
+                             "    SEEN.append((prompts, responses))\n"
+                             "    return [float(len(p)) for p in prompts]\n")
+    scores, _, _ = load_scorer(f"python:{path}:f").score([MULTI, SINGLE], ["Blue.", "Air."])
+    seen = code_rewards.load_function(f"python:{path}:f")[0].__globals__["SEEN"]
+    assert seen == [([MULTI_MESSAGES, SINGLE], ["Blue.", "Air."])]
+    assert scores.tolist() == [3.0, float(len(SINGLE))]
+
+
 def test_a_none_score_or_a_false_validity_leaves_the_row_unscored(tmp_path):
     path = _module(tmp_path, "def none(p, r):\n    return [1.5, None, -2]\n"
                              "def pair(p, r):\n    return [0.5, 0.25, 1], np.array([1, 0, 1], bool)\n")
@@ -299,6 +313,36 @@ def test_rlhf_ppo_scores_with_a_reward_server(tmp_path):
     assert res.exit_code == 0, res.output
     _check_run(tmp_path, srv.url)
     assert srv.hits == 2  # one batch a step
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_server_gets_the_texts_in_the_policys_chat_template(tmp_path):
+    """OpenRLHF's contract: "query" is the whole text as the policy saw it (here a ChatML
+    template), "prompts" the prompt as it read it, with the generation prompt."""
+    from rlhf.pipeline.models.text import render_prompt, render_sample
+    from test_chat_templates import CHATML, MULTI, SINGLE, _tokenizer
+
+    tok = _tokenizer(CHATML)
+    pol = ppo_tiny.policy(tok)
+    pol.config.max_position_embeddings = 256
+    pol.save_pretrained(tmp_path / "policy")
+    tok.save_pretrained(tmp_path / "policy")
+    stored = [MULTI, SINGLE]
+    (tmp_path / "prompts.jsonl").write_text("".join(
+        json.dumps({"prompt_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(stored)))
+    world = {"policy": tmp_path / "policy", "prompts": tmp_path / "prompts.jsonl"}
+    with Server(lambda body, hit: (200, {"rewards": [1.0] * len(body["query"])})) as srv:
+        res = _ppo(tmp_path, world, srv.url, total_steps=1, checkpoint_every=1, batch_size=2,
+                   max_prompt_tokens=96, critic_max_tokens=128)
+    assert res.exit_code == 0, res.output
+    (body,) = srv.bodies
+    by_prompt = {render_prompt(p, tok): p for p in stored}
+    assert sorted(body["prompts"]) == sorted(by_prompt) and len(body["query"]) == 2
+    for prompt, query, response in zip(body["prompts"], body["query"], body["responses"]):
+        assert prompt.endswith("<|im_start|>assistant\n")
+        assert query == render_sample(by_prompt[prompt], response, tok)
+        assert query.startswith(prompt) and "Human:" not in query
 
 
 @pytest.mark.slow

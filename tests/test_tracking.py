@@ -145,16 +145,28 @@ def _params_with(tmp_path: Path, tracking: dict) -> Path:
     return path
 
 
-def test_a_tracker_not_installed_is_one_error_line_naming_its_package(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # as in an environment without it
-    params = _params_with(tmp_path, {"report_to": ["tensorboard", "mlflow"]})
+@pytest.mark.parametrize("tracker", ["mlflow", "trackio"])
+@pytest.mark.parametrize("stage", ["sft", "reward", "ppo"])
+def test_a_tracker_not_installed_is_one_error_line_naming_its_package(tmp_path, monkeypatch,
+                                                                        stage, tracker):
+    """mlflow and trackio are not in the lock (their dependencies would grow its set-up): each
+    training stage that names one where it is missing stops before any model loads."""
+    monkeypatch.setitem(sys.modules, tracker, None)  # as in an environment without it
+    params = _params_with(tmp_path, {"report_to": ["tensorboard", tracker]})
     demos = write_demonstrations(tmp_path / "demos.jsonl", n=4)
-    res = CliRunner().invoke(app, ["sft", "--demos", str(demos), "--out", str(tmp_path / "o"),
-                                   "--params", str(params)], env={"COLUMNS": "400"})
+    out = tmp_path / "o"
+    args = {"sft": ["--demos", str(demos), "--out", str(out)],
+            "reward": ["--preferences", str(tmp_path), "--sft", str(tmp_path / "sft"),
+                       "--out-strong", str(out / "s"), "--out-light", str(out / "l")],
+            "ppo": ["--policy", str(tmp_path / "sft"), "--reward", str(tmp_path / "rm"),
+                    "--prompts", str(demos), "--out", str(out), "--rollouts", str(out / "r")]}
+    res = CliRunner().invoke(app, [stage, *args[stage], "--params", str(params)],
+                             env={"COLUMNS": "400"})
     assert res.exit_code == 2 and isinstance(res.exception, SystemExit)
     assert res.output.strip().splitlines() == [
-        "error: tracking.report_to names mlflow, which is not installed: pip install mlflow"]
-    assert not (tmp_path / "o").exists()
+        f"error: tracking.report_to names {tracker}, which is not installed: pip install "
+        f"{tracker}"]
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("report_to, message", [

@@ -2,8 +2,9 @@
 blocks in order (```bash run verbatim in a fresh folder, ```yaml applied to `my-params.yaml` as
 the page says to edit it, ```python saved as the `my_reward.py` the page names), against a tiny
 Llama-shaped base model with a ChatML chat template and a tiny reward-model judge that the test
-saves as the local folders `$MODEL` and `$JUDGE` stand for. The only thing the test adds is the
-sizes (2 SFT steps, 2 PPO steps, short texts: TINY); the page cannot drift from what runs.
+saves: `$MODEL` a hub name, the base model's snapshot in a Hugging Face cache of the test's
+(HF_HUB_CACHE, offline), `$JUDGE` a local folder. The only thing the test adds is the sizes (2
+SFT steps, 2 PPO steps, short texts: TINY); the page cannot drift from what runs.
 
     python -m pytest -q tests/test_walkthrough.py
 """
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow  # about 50 s on one core
 
 REPO = Path(__file__).resolve().parents[1]
 HEADING = "## Your model on your GPU"
+HUB_NAME = "tiny-org/tiny-chat"  # $MODEL: the base model by hub name
 # the sizes the test runs at (everything else is the page's and the profile's)
 TINY = {
     "sft": {"epochs": 1.0, "batch_size": 4, "heldout_fraction": 0.3, "max_length": 64, "eval_prompts": 2,
@@ -81,6 +83,18 @@ def _models(root: Path) -> tuple[Path, Path]:
     return base, judge
 
 
+def _hub_cache(base: Path, cache: Path) -> str:
+    """`base` as the hub model HUB_NAME in `cache`, in the hub client's layout; returns the name."""
+    import shutil
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / ("models--" + HUB_NAME.replace("/", "--"))
+    shutil.copytree(base, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return HUB_NAME
+
+
 def _run(script: str, cwd: Path, env: dict) -> str:
     out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=600, check=False)
@@ -91,6 +105,7 @@ def _run(script: str, cwd: Path, env: dict) -> str:
 
 def test_the_walkthrough_runs_as_written(tmp_path):
     base, judge = _models(tmp_path)
+    model = _hub_cache(base, tmp_path / "hf_cache")
     data = tmp_path / "data"
     data.mkdir()
     with open(data / "demos.jsonl", "w") as fh:
@@ -101,7 +116,8 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     work = tmp_path / "checkout"  # a checkout's root: the page's commands name profiles/
     work.mkdir()
     (work / "profiles").symlink_to(REPO / "profiles")
-    env = {**os.environ, "MODEL": str(base), "JUDGE": str(judge),
+    env = {**os.environ, "MODEL": model, "JUDGE": str(judge),
+           "HF_HUB_CACHE": str(tmp_path / "hf_cache"),
            "DEMOS": str(data / "demos.jsonl"), "PROMPTS": str(data / "prompts.jsonl"),
            "WANDB_MODE": "offline", "WANDB_SILENT": "true",
            "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
@@ -117,7 +133,7 @@ def test_the_walkthrough_runs_as_written(tmp_path):
         if lang == "bash":
             logs.append(_run(body, work, env))
         elif lang == "yaml":  # the page's edits of my-params.yaml, then the test's sizes
-            edits = yaml.safe_load(body.replace("$MODEL", str(base)).replace("$JUDGE", str(judge)))
+            edits = yaml.safe_load(body.replace("$MODEL", model).replace("$JUDGE", str(judge)))
             params = yaml.safe_load((work / "my-params.yaml").read_text())
             merge(params, edits)
             merge(params, TINY)

@@ -18,6 +18,7 @@ print(resolve(ComputeConfig()).describe())"
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -236,3 +237,24 @@ def for_training(model, compute: Compute | None):
     if compute.gradient_checkpointing:
         model.activation_checkpointing_enable()  # transformers 5 name
     return compute.place(model)
+
+
+@contextlib.contextmanager
+def own_accelerate_state():
+    """Run a block that builds accelerate state of its own (sft's Trainer) and leave the
+    process's as the block found it. accelerate keeps the device, the mixed precision and the
+    gradient accumulation in process-wide singletons (PartialState, AcceleratorState,
+    GradientState) that every later Accelerator of the process reuses: without this, sft's
+    bf16 autocast would be the mixed precision of an `rlhf ppo` run later in the same Python
+    process, whatever that stage's `compute` says. (Each DVC stage is a process of its own; a
+    library user chaining stages in one process is not.)"""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    singletons = (PartialState, AcceleratorState, GradientState)
+    saved = [dict(s._shared_state) for s in singletons]
+    try:
+        yield
+    finally:
+        for singleton, state in zip(singletons, saved):
+            singleton._shared_state.clear()  # in place: every instance's __dict__ is this dict
+            singleton._shared_state.update(state)

@@ -9,11 +9,17 @@ the folder. These checks read only what is cheap (config.json, scorer.json, the 
 header and the file sizes it implies, a zip's central directory) and raise one
 `ModelFolderError` that names the path and says what is wrong; the CLI prints it as one
 `error:` line. `load_policy` and `load_ensemble` run them too, so every caller gets them.
+
+Where a stage takes "any HF name or local path" (`rlhf ppo --policy`, `sft.base_model`),
+`policy_folder` turns a hub name (`org/name`) into its snapshot folder in the Hugging Face cache,
+downloaded first where the hub can be reached (`HF_HUB_OFFLINE` unset), and checks that folder
+the same way; a name the cache does not hold is one error naming the cache.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zipfile
 from pathlib import Path
@@ -22,6 +28,9 @@ from typing import Any
 from rlhf.pipeline.reward.scorer import SCORER_FILE
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "tokenizer.model")
+# the files of a hub model a stage loads (config, safetensors weights, tokenizer, chat template):
+# what is downloaded, so a repo's other formats (.bin, gguf, onnx) are not
+HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken"]
 
 
 class ModelFolderError(ValueError):
@@ -157,6 +166,51 @@ def check_policy(path: str | Path, what: str = "policy") -> Path:
     _check_weights(path, what)
     _check_tokenizer(path, what)
     return path
+
+
+def hub_name(text: str) -> bool:
+    """Whether `text` can name a hub model (`org/name` or `name`) rather than only a path."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if text.startswith((".", "/", "~")):
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_cache() -> str:
+    """The Hugging Face hub cache: $HF_HUB_CACHE as the environment says now, else
+    huggingface_hub's own (HF_HOME/hub, ~/.cache/huggingface/hub by default)."""
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE
+
+
+def policy_folder(name_or_path: str | Path, what: str = "policy") -> Path:
+    """The local folder of a policy given as a folder or a hub name: `name_or_path` itself when
+    it exists, else the hub model's snapshot in the Hugging Face cache (fetched first where the
+    hub can be reached; HF_HUB_OFFLINE=1: the cache only); `check_policy`ed either way. A hub
+    name the cache does not hold is a ModelFolderError naming the cache."""
+    text = str(name_or_path)
+    if Path(text).exists() or not hub_name(text):
+        return check_policy(text, what)
+    from huggingface_hub import constants, snapshot_download
+
+    cache = hub_cache()
+    try:
+        folder = snapshot_download(text, allow_patterns=HUB_FILES, cache_dir=cache)
+    except (OSError, ValueError) as exc:  # not cached offline, unknown or gated repo, network
+        reason = (f"HF_HUB_OFFLINE is set, so nothing is downloaded: fetch it where the hub is "
+                  f"reachable with `hf download {text}`, or give a local folder"
+                  if constants.HF_HUB_OFFLINE else " ".join(str(exc).split())[:200])
+        raise ModelFolderError(f"{what} {text}: no such folder, and the Hugging Face cache "
+                               f"{cache} has no snapshot of the hub model {text} ({reason})"
+                               ) from None
+    return check_policy(folder, f"{what} {text}")
 
 
 def check_reward_member(path: str | Path, what: str = "reward model") -> Path:

@@ -2,15 +2,23 @@
 an HTTP server. `scoring.load_scorer` reads the `rlhf ppo --reward` spec and comes here for:
 
 - `python:path/to/file.py:function` or `python:package.module:function`: a callable
-  `function(prompts: list[str], responses: list[str])` returning one score a row (a list, a
-  1-D numpy array or tensor), or a pair `(scores, valid)` whose `valid` (one bool a row) marks
-  the rows it scored; a score of None also means "not scored" (TRL's reward_funcs). A file is
-  loaded by path as OpenRLHF loads agent code (`importlib.util.spec_from_file_location`).
+  `function(prompts, responses: list[str])` returning one score a row (a list, a 1-D numpy
+  array or tensor), or a pair `(scores, valid)` whose `valid` (one bool a row) marks the rows it
+  scored; a score of None also means "not scored" (TRL's reward_funcs). Each prompt comes as its
+  source held it (`as_source`), whatever template the policy reads it in: a conversation (a
+  prompt with earlier turns: hh-rlhf, OpenAssistant, a user's `messages` rows) as its message
+  list `[{"role": "user" | "assistant", "content": str}, ...]` ending on the user's turn, a
+  single turn as its text; a response is the text the policy wrote. A file is loaded by path as
+  OpenRLHF loads agent code (`importlib.util.spec_from_file_location`).
 - `http://host:port/path` (or https): OpenRLHF's remote reward model contract (`--remote_rm_url`,
-  openrlhf/cli/serve_rm.py): POST {"query": [prompt and response as the RM reads them],
-  "prompts": [the prompt as the policy read it], "responses": [the response]} as JSON, answer
-  {"rewards": [one number a row]} and optionally "valid": [one bool a row]. A request that
-  times out, cannot connect or gets a 5xx / 429 is retried with exponential backoff.
+  openrlhf/cli/serve_rm.py): POST {"query": [prompt and response as the policy saw them: the
+  conversation with the response as the assistant's turn, in the policy's chat template where
+  it has one (`text.render_sample`), else "Human: ... Assistant: ..."], "prompts": [the prompt
+  as the policy read it, with the template's generation prompt (`text.render_prompt`)],
+  "responses": [the response]} as JSON, answer {"rewards": [one number a row]} and optionally
+  "valid": [one bool a row]. `rlhf ppo` gives the scorer the policy's tokenizer
+  (`ServerScorer.policy_tokenizer`; None: the plain format). A request that times out, cannot
+  connect or gets a 5xx / 429 is retried with exponential backoff.
 
 A row the reward did not score earns none: it leaves the update like a fallback rollout and the
 store keeps a null reward with scorer "unscored" (records.py). Anything else (an exception, a
@@ -39,6 +47,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from rlhf.pipeline.models.text import messages_of, render_prompt, render_sample
 
 PYTHON, HTTP = "python:", ("http://", "https://")
 # The server client's defaults, not params.yaml keys (a new `ppo:` key would make the ppo stage
@@ -180,6 +190,15 @@ def _rows(out, n: int, who: str, what: str) -> list:
     return list(out)
 
 
+def as_source(prompt: str) -> str | list[dict[str, str]]:
+    """A stored prompt as its source held it: a conversation (the prompt holds earlier turns, in
+    hh-rlhf's notation: text.py) as its message list, a single turn as its text. (A one-turn
+    `messages` row is stored as its text: the two cannot be told apart, and reach a template
+    the same way.)"""
+    messages = messages_of(prompt)
+    return messages if len(messages) > 1 else prompt
+
+
 class FunctionScorer:
     """A Python reward function as a scorer: `score` -> (scores, confidence 1.0, valid)."""
 
@@ -191,7 +210,7 @@ class FunctionScorer:
 
     def score(self, prompts: list[str], responses: list[str]):
         try:
-            out = self.fn(list(prompts), list(responses))
+            out = self.fn([as_source(p) for p in prompts], list(responses))
         except Exception as exc:  # the user's code: its failure is one line naming it
             raise RewardError(f"{self.who} raised {_one_line(exc)}") from exc
         scores, valid = checked(out, len(prompts), self.who)
@@ -200,22 +219,22 @@ class FunctionScorer:
 
 class ServerScorer:
     """A reward model server (OpenRLHF's remote RM contract) as a scorer; its version is its URL
-    (what the server runs is not ours to hash)."""
+    (what the server runs is not ours to hash). `policy_tokenizer`: the policy's, whose chat
+    template the texts it sends are rendered in (None: the plain format)."""
 
     name = "light_rm"
+    policy_tokenizer = None
 
     def __init__(self, url: str, timeout_s: float = TIMEOUT_S, retries: int = RETRIES,
                  backoff_s: float = BACKOFF_S):
-        from rlhf.pipeline.ppo.scoring import text_format
-
         self.url, self.version = url, url
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self.format_prompt, self.format_sample, _ = text_format()
         self.who = f"reward server {url}"
 
     def score(self, prompts: list[str], responses: list[str]):
-        body = {"query": [self.format_sample(p, r) for p, r in zip(prompts, responses)],
-                "prompts": [self.format_prompt(p) for p in prompts], "responses": list(responses)}
+        tok = self.policy_tokenizer
+        body = {"query": [render_sample(p, r, tok) for p, r in zip(prompts, responses)],
+                "prompts": [render_prompt(p, tok) for p in prompts], "responses": list(responses)}
         answer = self.post(json.dumps(body).encode("utf-8"))
         if not isinstance(answer, dict) or "rewards" not in answer:
             raise RewardError(f"{self.who} answered without \"rewards\": {str(answer)[:120]}")

@@ -399,8 +399,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     post-scoring hook run after the config's (bench/economy/sample.py's measurement).
     `tracking`: params.yaml `tracking` (tracking.TrackingConfig; None: TensorBoard only).
     `compute`: the resolved params.yaml `compute` (compute.Compute; None: what `auto` gives
-    here): the policy's and the reference's dtype and attention, the device, and gradient
-    checkpointing of the policy."""
+    here): the dtype and attention of the policy, the reference and the reward models (the light
+    one and `strong_reward`), the device, and gradient checkpointing of the policy."""
     from rlhf.pipeline.models.compute import Compute, resolve
     from rlhf.pipeline.progress import quiet_libraries
 
@@ -408,7 +408,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.models.policy import set_threads
-    from rlhf.pipeline.ppo.code_rewards import check_features
+    from rlhf.pipeline.ppo.code_rewards import ServerScorer, check_features
     from rlhf.pipeline.ppo.scoring import load_scorer
 
     check_features(cfg, reward_path)  # a reward that is code: no feature reads an RM's insides
@@ -425,6 +425,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     if compute.gradient_checkpointing:
         policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
     scorer = load_scorer(reward_path, name="light_rm", compute=compute)
+    if isinstance(scorer, ServerScorer):  # the server reads the texts as the policy saw them
+        scorer.policy_tokenizer = tokenizer
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:
@@ -443,7 +445,8 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
                          objects={k: v for k, v in given.items()
                                   if not isinstance(v, str | Path)},
                          tokenizer=tokenizer, light_scorer=scorer, prompts=prompts,
-                         prompts_path=prompts_path, params=Path(params) if params else None)
+                         prompts_path=prompts_path, params=Path(params) if params else None,
+                         compute=compute)
     hooks = build_hooks(cfg, ctx, extra=[probe] if probe is not None else None)
     trainer = PPOTrainer(cfg, policy, ref, tokenizer, scorer, prompts, paths,
                          policy_path=str(policy_path), accelerator=_accelerator(compute),

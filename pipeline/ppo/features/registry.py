@@ -219,13 +219,15 @@ def on(cfg) -> list[Feature]:
 class FeatureContext:
     """Resolves the inputs features ask for: from loaded `objects` (tests, benchmarks), else by
     loading the file at `paths[key]` once. Also what every feature may use: the config, the
-    tokenizer, the light scorer, the prompts, the params file, and `built` (the hooks of the
-    features built before, by name)."""
+    tokenizer, the light scorer, the prompts, the params file, `compute` (the ppo stage's
+    device and dtype, compute.Compute, in which an input that is a model loads; None: float32
+    on the CPU) and `built` (the hooks of the features built before, by name)."""
 
     def __init__(self, cfg, paths: Mapping[str, Path | str | None] | None = None, *,
                  objects: Mapping[str, Any] | None = None, tokenizer=None, light_scorer=None,
-                 prompts=None, prompts_path=None, params: Path | None = None):
+                 prompts=None, prompts_path=None, params: Path | None = None, compute=None):
         self.cfg, self.tokenizer, self.light_scorer = cfg, tokenizer, light_scorer
+        self.compute = compute
         self.prompts, self.prompts_path, self.params = prompts, prompts_path, params
         self.paths = {k: Path(v) for k, v in (paths or {}).items() if v is not None}
         self.objects = {k: v for k, v in (objects or {}).items() if v is not None}
