@@ -49,7 +49,8 @@ SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$SELF")/.."
 # What the image lacks or has at a version this code breaks on (docs/gpus.md); versions from
 # requirements.lock (peft: the image has one, of a version no test here ran with transformers
-# 5.24; PPO's and the RMs' LoRA need it). deepspeed has only an sdist: --fetch-wheels builds a pure-Python wheel of it.
+# 5.24; PPO's and the RMs' LoRA need it).
+# deepspeed has only an sdist: --fetch-wheels builds a pure-Python wheel of it.
 WHEELS="transformers trl datasets dill multiprocess fsspec hjson pydantic pydantic_core
 annotated-types typing-inspection typing_extensions peft"
 
@@ -503,7 +504,8 @@ stages_step() {
     row "  $n" "$s" "$sec" "$note"
   done < <(cat "$WORK/stages_table.txt" 2>/dev/null)
   if ((rc == 0)); then row stages ok $((SECONDS - t)) "stages_gpu.json"
-  else row stages FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap}s)"): see above"
+  else
+    row stages FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap}s)")"
   fi
 }
 

@@ -120,7 +120,8 @@ def saved_dtypes(work: Path, folders: list[str]) -> dict[str, str | None]:
 
     out = {}
     for f in folders:
-        for cfg in sorted((work / f).glob("config.json")) + sorted((work / f).glob("*/config.json")):
+        for cfg in sorted((work / f).glob("config.json")) + sorted(
+                (work / f).glob("*/config.json")):
             out[str(cfg.parent.relative_to(work))] = saved_dtype(cfg.parent)
     return out
 
@@ -195,8 +196,8 @@ def set_sft_epochs(work: Path, params: dict) -> dict[str, Any]:
     from rlhf.pipeline.sft import read_demonstrations, split_demonstrations
 
     cfg = params["sft"]
-    train, _ = split_demonstrations(read_demonstrations(work / "artifacts/demos/demonstrations.jsonl"),
-                                    cfg["heldout_fraction"])
+    demos = read_demonstrations(work / "artifacts/demos/demonstrations.jsonl")
+    train, _ = split_demonstrations(demos, cfg["heldout_fraction"])
     per_epoch = -(-len(train) // cfg["batch_size"])
     cfg["epochs"] = round((SFT_STEPS - 0.5) / per_epoch, 6)
     steps = -(-int(cfg["epochs"] * per_epoch * 1e6) // 1_000_000)
@@ -232,7 +233,6 @@ def set_rm_epochs(work: Path, params: dict, params_path: Path) -> dict[str, Any]
 
 def write_params(work: Path, params: dict) -> None:
     import yaml
-
     from stages_setup import LORA, merge
 
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -260,6 +260,10 @@ def build(work: Path, shape: str, device: str, result: dict) -> None:
     shutil.copytree(PROFILE / "data", work / "data")
     result["data"]["files"] = ss.write_realdata(work / "realdata")
     result["model"] = ss.write_base_model(work / "base", shape, device)
+    if device == "cuda":  # the stages run in their own processes: give the GPU back to them
+        import torch
+
+        torch.cuda.empty_cache()
     result["encoder"] = ss.write_encoder(work / "encoder", shape)
     params = ss.run_params(PROFILE / "params.yaml", work / "base", work / "encoder")
     write_params(work, params)
@@ -269,7 +273,8 @@ def build(work: Path, shape: str, device: str, result: dict) -> None:
     text.use_prompt_format(params["text"]["prompt_format"])  # as every stage sets it
     result["model"]["prompt_as_rendered"] = text.render_prompt(
         ss.questions()[0], AutoTokenizer.from_pretrained(work / "base"))
-    result["params_changed"] = ("sft: base_model, batch_size 8, epochs for 20 steps; dedup: model, distance_threshold; judge: "
+    result["params_changed"] = ("sft: base_model, batch_size 8, epochs for 20 steps; dedup: "
+                                "model, distance_threshold; judge: "
                                 "backbone; demos: max_demos 0; reward.train: batch_size 8, "
                                 "epochs for 20 steps; ppo: total_steps 3, checkpoint_every 3, "
                                 "csv_every 1, generation_timeout_s 120; eval: n_prompts 16; LoRA "

@@ -19,15 +19,16 @@ from pathlib import Path
 from typing import Any
 
 # the shapes: Qwen2-0.5B's (bench/gpu_device.sh step E builds the same) and a tiny one
-QWEN2_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768)
-TINY = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+QWEN2_05B = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+             "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+             "max_position_embeddings": 32768}
+TINY = {"vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
 # all-MiniLM-L6-v2's shape (BERT, 6 layers of 384) and a tiny one
-MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-              intermediate_size=1536, max_position_embeddings=512)
-TINY_ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, max_position_embeddings=512)
+MINILM = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+          "intermediate_size": 1536, "max_position_embeddings": 512}
+TINY_ENCODER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "intermediate_size": 64, "max_position_embeddings": 512}
 SPECIAL = ["<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 
 OPENERS = ["How do I", "What is the best way to", "Why is it hard to", "Can you explain how to",
@@ -61,10 +62,10 @@ def write_realdata(folder: Path) -> dict[str, int]:
     folder.mkdir(parents=True, exist_ok=True)
     qs = questions()
     with open(folder / "FastChat__mt_bench_question.jsonl", "w", encoding="utf-8") as fh:
-        for i, t in enumerate(TASKS[:10]):
-            fh.write(json.dumps({"question_id": 81 + i, "category": "writing",
-                                 "turns": [f"Write a short poem about how to {t}.",
-                                           "Now make it shorter."]}) + "\n")
+        fh.writelines(json.dumps({"question_id": 81 + i, "category": "writing",
+                                  "turns": [f"Write a short poem about how to {t}.",
+                                            "Now make it shorter."]}) + "\n"
+                      for i, t in enumerate(TASKS[:10]))
     with gzip.open(folder / "hh-rlhf__harmless-base_test.jsonl.gz", "wt", encoding="utf-8") as fh:
         for q in qs[:N_HH]:
             fh.write(json.dumps({"chosen": f"\n\nHuman: {q}\n\nAssistant: {good_answer(q)}",

@@ -1,7 +1,7 @@
 """Write the docs/generated/ pages from files a command produced, never from hand-typed figures.
 
-    python docs/generate.py            # rewrite docs/generated/*.md, README.md's pipeline picture and
-                                       # docs/gpus.md's stages block
+    python docs/generate.py            # rewrite docs/generated/*.md and the generated blocks of
+                                       # README.md (the pipeline) and docs/gpus.md (GPU stages)
     python docs/generate.py --check    # list what is stale (exit 1), write nothing
 
 Pages: metrics.md and metrics-realdata.md (every headline figure of the git-tracked

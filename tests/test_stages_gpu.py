@@ -62,8 +62,9 @@ def test_every_stage_of_the_profile_runs_as_written_ppo_twice():
     assert lora[-2:] == ["-p", "params_lora.yaml"]
     outs = [next(iter(o)) if isinstance(o, dict) else o for o in dvc["ppo"]["outs"]]
     assert outs and not set(outs) & set(lora)  # the LoRA run overwrites nothing of the plain one
-    models = dict((r[0], r[3]) for r in runs)
-    assert models["sft"] == ["artifacts/models/sft"] and models["ppo_lora"] == ["artifacts/ppo_lora"]
+    models = {r[0]: r[3] for r in runs}
+    assert models["sft"] == ["artifacts/models/sft"]
+    assert models["ppo_lora"] == ["artifacts/ppo_lora"]
 
 
 def _fake_result() -> dict:
@@ -91,9 +92,10 @@ def test_the_json_the_step_writes_is_what_gpus_md_renders(tmp_path):
     result = _fake_result()
     for row in result["runs"]:
         assert set(row) <= set(driver.ROW_KEYS), set(row) - set(driver.ROW_KEYS)
-    assert result["runs"][0]["casts"] == ["policy x: saved in float32, cast to bfloat16 "
-                                          "(compute.dtype)"]
-    assert result["runs"][1]["status"] == "FAIL" and "timed out at 100s" in result["runs"][1]["note"]
+    cast = "policy x: saved in float32, cast to bfloat16 (compute.dtype)"
+    assert result["runs"][0]["casts"] == [cast]
+    timed_out = result["runs"][1]
+    assert timed_out["status"] == "FAIL" and "timed out at 100s" in timed_out["note"]
     gpu = tmp_path / "bench" / "data" / "gpu"
     gpu.mkdir(parents=True)
     driver.save(gpu / "stages_h100.json", result)
@@ -101,7 +103,7 @@ def test_the_json_the_step_writes_is_what_gpus_md_renders(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "gpus.md").write_text(f"# GPUs\n\n{render.BEGIN}\nold\n{render.END}\n\nafter\n")
-    text = dict((rel, t) for rel, _, t in gen.blocks(tmp_path))["docs/gpus.md"]
+    text = {rel: t for rel, _, t in gen.blocks(tmp_path)}["docs/gpus.md"]
     assert "| sft | ok | 12.5 | 20 | 7.25 | 8.5 | cuda:0 | bfloat16 | library default | " \
            "bfloat16 |" in text
     assert "| ppo | FAIL | 100 | 2 | – | – | – | – | – | – |" in text
