@@ -20,12 +20,21 @@
 #                native and static (pipeline/decode/static.py), with ms per step, tokens/s, host
 #                syncs per step, shapes, captures and peak memory per variant
 #
+#   F. stages    bench/stages_gpu.py: every stage of profiles/realdata/dvc.yaml, its command as
+#                written there, on a random base model of Qwen2-0.5B's shape with a ChatML
+#                template, bf16 on the GPU (compute: auto): SFT 20 steps, RM 20 steps a member,
+#                PPO 3 steps with LoRA and 3 without, eval on 16 prompts; per stage seconds, peak
+#                GPU memory, the resolved device and dtype. The data is a realdata-shaped sample
+#                it writes (../shared/realdata does not travel to the device), each stage has its
+#                own time limit
+#
 # GPU_DEVICE_STEPS=engine runs A, B and E only (the engine figures: under 8 minutes with the
-# set-up); the default, all, runs every step as before.
+# set-up); GPU_DEVICE_STEPS=stages runs A, B and F only (the stages figures, likewise); the
+# default, all, runs A to E as before.
 #
 # Results go to $OUT (at most 8 files): device.log (all output), deps.txt, ppo_run.tgz (the PPO
 # run's log, summary, metrics, timings, params), engine_gpu.json, logprob_mismatch.json,
-# engine_gpu_b256.json. The last
+# engine_gpu_b256.json; with stages: stages_gpu.json and stages_logs.tgz (each run's log). The last
 # lines printed are a table: each step ok / FAIL / SKIP, with its seconds and reason. Exit status:
 # 0 when every step ran ok, else 1 (the later steps still run).
 #
@@ -34,13 +43,16 @@
 #   GPU_DEVICE_REHEARSAL=1 bash bench/gpu_device.sh   # here: .venv, no installs, CPU, tiny shapes
 #   bash bench/gpu_device.sh                      # on the device (python3 = the image's torch)
 #   GPU_DEVICE_STEPS=engine bash bench/gpu_device.sh  # on the device: the engine figures only
+#   GPU_DEVICE_STEPS=stages bash bench/gpu_device.sh  # on the device: the stages figures only
 set -uo pipefail
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$SELF")/.."
 # What the image lacks or has at a version this code breaks on (docs/gpus.md); versions from
-# requirements.lock. deepspeed has only an sdist: --fetch-wheels builds a pure-Python wheel of it.
+# requirements.lock (peft: the image has one, of a version no test here ran with transformers
+# 5.24; PPO's and the RMs' LoRA need it).
+# deepspeed has only an sdist: --fetch-wheels builds a pure-Python wheel of it.
 WHEELS="transformers trl datasets dill multiprocess fsspec hjson pydantic pydantic_core
-annotated-types typing-inspection typing_extensions"
+annotated-types typing-inspection typing_extensions peft"
 
 write_checker() {  # the wheel-needs checker, as a file: write_checker PATH
   cat > "$1" <<'CHECKER'
@@ -226,7 +238,8 @@ else
   VARIANTS="hf hf-static-compile hf-batch native static"
 fi
 STEPS=${GPU_DEVICE_STEPS:-all}
-[[ $STEPS == all || $STEPS == engine ]] || { echo "GPU_DEVICE_STEPS: all or engine, got $STEPS"; exit 2; }
+[[ $STEPS == all || $STEPS == engine || $STEPS == stages ]] || {
+  echo "GPU_DEVICE_STEPS: all, engine or stages, got $STEPS"; exit 2; }
 PY=$("$PY" -c 'import sys; print(sys.executable)')  # absolute: gpu_check.sh finds torchrun beside it
 WORK=/tmp/gpu_device_work
 rm -rf "$WORK"; mkdir -p "$WORK"
@@ -283,14 +296,16 @@ main() {
       timeout "$(limit 60 300)" "$PY" "$WORK/check_wheels.py" .whl --installed --need torch \
         transformers trl datasets deepspeed accelerate huggingface-hub tokenizers safetensors \
         pyarrow pandas numpy scipy typer rich pyyaml jinja2 tensorboard psutil py-cpuinfo msgpack \
-        einops ninja hjson pydantic xxhash dill multiprocess fsspec regex tqdm packaging setuptools
+        einops ninja hjson pydantic xxhash dill multiprocess fsspec regex tqdm packaging setuptools \
+        peft sentence-transformers tensorboard scikit-learn
       echo "check_deps exit: $?"
     fi
     timeout "$(limit 90 300)" "$PY" - <<'EOF'
 import importlib
 
 for m in ("torch", "transformers", "trl", "datasets", "deepspeed", "accelerate", "huggingface_hub",
-          "tokenizers", "pyarrow", "pydantic", "rlhf.cli.app", "rlhf.pipeline.ppo.trainer"):
+          "tokenizers", "pyarrow", "pydantic", "peft", "sentence_transformers", "rlhf.cli.app",
+          "rlhf.pipeline.ppo.trainer"):
     try:
         mod = importlib.import_module(m)
         print(f"import ok  {m:28s} {getattr(mod, '__version__', ''):14s} {mod.__file__}")
@@ -312,6 +327,13 @@ EOF
     row cpu_adam SKIP 0 "GPU_DEVICE_STEPS=engine"
     row check SKIP 0 "GPU_DEVICE_STEPS=engine"
     engine_step
+    return
+  fi
+  if [[ $STEPS == stages ]]; then
+    row cpu_adam SKIP 0 "GPU_DEVICE_STEPS=stages"
+    row check SKIP 0 "GPU_DEVICE_STEPS=stages"
+    row engine SKIP 0 "GPU_DEVICE_STEPS=stages"
+    stages_step
     return
   fi
   # ---- C. cpu_adam
@@ -465,6 +487,25 @@ EOF
   else
     local rc=$?
     row engine$BIG FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap2}s)")"
+  fi
+}
+
+stages_step() {
+  # ---- F. the realdata profile's stages (bench/stages_gpu.py writes the JSON after every run)
+  say "F. stages: the realdata profile on a random $SHAPE base model, $DEV"
+  local t=$SECONDS cap rc=0
+  cap=$(limit 420 5)
+  PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" timeout "$cap" "$PY" bench/stages_gpu.py \
+    --work "$WORK/stages" --seconds $((cap - 15)) --json "$OUT/stages_gpu.json" \
+    --logs "$OUT/stages_logs.tgz" --table "$WORK/stages_table.txt" \
+    $([[ $REHEARSAL == 1 ]] && echo --rehearsal) || rc=$?
+  local n s sec note
+  while read -r n s sec note; do  # one summary row per run
+    row "  $n" "$s" "$sec" "$note"
+  done < <(cat "$WORK/stages_table.txt" 2>/dev/null)
+  if ((rc == 0)); then row stages ok $((SECONDS - t)) "stages_gpu.json"
+  else
+    row stages FAIL $((SECONDS - t)) "exit $rc$( ((rc == 124)) && echo " (timed out at ${cap}s)")"
   fi
 }
 

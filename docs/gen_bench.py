@@ -1,6 +1,7 @@
 """docs/generate.py's benchmark pages, rendered from the files the benchmarks wrote: verdicts.md
-(BENCHMARKS.md's verdict table), engine-bench.md (bench/engine.py's JSON in bench/data/) and
-scale-bench.md (the dedup, scheduler and store benchmarks' JSON in bench/data/).
+(BENCHMARKS.md's verdict table), engine-bench.md (bench/engine.py's JSON in bench/data/),
+scale-bench.md (the dedup, scheduler and store benchmarks' JSON in bench/data/) and docs/gpus.md's
+stages block (bench/stages_gpu.py's JSON in bench/data/gpu/).
 
     python docs/generate.py
 """
@@ -39,6 +40,14 @@ def engine_bench_page(root: Path) -> str:
     import engine_bench  # docs/ is on the path, as for every sibling of generate.py
 
     return engine_bench.page(root, COMMAND, stamp, fmt)
+
+
+def stages_gpu_block(root: Path) -> str:
+    """bench/stages_gpu.py's JSON results (stages_*.json in bench/data/gpu/): docs/stages_bench.py
+    writes the block docs/gpus.md carries between its `generated:stages-gpu` markers."""
+    import stages_bench  # docs/ is on the path, as for every sibling of generate.py
+
+    return stages_bench.block(root, stamp, fmt)
 
 
 SCALE_BENCHES = (("dedup.json", "Dedup: the index path at 20k and 1M planted prompts"),

@@ -1,6 +1,7 @@
 """Write the docs/generated/ pages from files a command produced, never from hand-typed figures.
 
-    python docs/generate.py            # rewrite docs/generated/*.md and README.md's pipeline picture
+    python docs/generate.py            # rewrite docs/generated/*.md and the generated blocks of
+                                       # README.md (the pipeline) and docs/gpus.md (GPU stages)
     python docs/generate.py --check    # list what is stale (exit 1), write nothing
 
 Pages: metrics.md and metrics-realdata.md (every headline figure of the git-tracked
@@ -13,7 +14,9 @@ features.md (the PPO feature registry: each rollout-economy switch and whether p
 it on), verdicts.md (BENCHMARKS.md's verdict table, what each switch buys), engine-bench.md
 (bench/engine.py's JSON in bench/data/, written by docs/engine_bench.py), scale-bench.md (the
 dedup, scheduler and store benchmarks' JSON in bench/data/) and pipeline.md (the DVC stage graph as mermaid, derived from dvc.yaml's deps and outs;
-README.md carries the same picture between its `generated:dag` markers).
+README.md carries the same picture between its `generated:dag` markers). docs/gpus.md carries the
+realdata stages' GPU figures (stages_*.json in bench/data/gpu/) between its `generated:stages-gpu`
+markers.
 
 `figure_mismatches` is the other half of the rule: a README.md or docs/ number written next to a metric
 name (`` `eval.gold_gain` 0.151 ``) must equal that metric, as git holds it, at the precision
@@ -34,13 +37,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gen_bench import engine_bench_page, scale_bench_page, verdicts_page
+from gen_bench import engine_bench_page, scale_bench_page, stages_gpu_block, verdicts_page
 from gen_reference import config_page, features_page
 from gen_sources import COMMAND, METRICS_DIRS, drifted, flatten, fmt, metrics_files, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = "docs/generated"
 DAG_BEGIN, DAG_END = "<!-- generated:dag (python docs/generate.py) -->", "<!-- /generated:dag -->"
+STAGES_BEGIN = "<!-- generated:stages-gpu (python docs/generate.py) -->"
+STAGES_END = "<!-- /generated:stages-gpu -->"
 # a line that names the commit is informative: the freshness check compares everything else
 # (the content hash binds a page to its source), so committing a regenerated page stays fresh
 COMMIT_LINE = re.compile(r"^- last commit that changed it: .*$", re.MULTILINE)
@@ -116,14 +121,22 @@ def pages(root: Path) -> dict[str, str]:
     }
 
 
-def readme_with_dag(root: Path) -> str | None:
-    readme = root / "README.md"
-    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    if DAG_BEGIN not in text or DAG_END not in text:
-        return None
-    head, rest = text.split(DAG_BEGIN, 1)
-    _, tail = rest.split(DAG_END, 1)
-    return f"{head}{DAG_BEGIN}\n{dag_mermaid(root)}\n{DAG_END}{tail}"
+def blocks(root: Path) -> list[tuple[str, str, str | None]]:
+    """(file, block name, the file with its block rewritten; None where it has no markers) of
+    each hand-written file that carries a generated block."""
+    out = []
+    for rel, name, begin, end, body in (
+            ("README.md", "dag", DAG_BEGIN, DAG_END, dag_mermaid),
+            ("docs/gpus.md", "stages-gpu", STAGES_BEGIN, STAGES_END, stages_gpu_block)):
+        path = root / rel
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if begin not in text or end not in text:
+            out.append((rel, name, None))
+            continue
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        out.append((rel, name, f"{head}{begin}\n{body(root)}\n{end}{tail}"))
+    return out
 
 
 def _norm(text: str) -> str:
@@ -137,9 +150,9 @@ def stale(root: Path) -> list[str]:
         path = root / rel
         if not path.is_file() or _norm(path.read_text(encoding="utf-8")) != _norm(text):
             out.append(rel)
-    readme = readme_with_dag(root)
-    if readme is not None and readme != (root / "README.md").read_text(encoding="utf-8"):
-        out.append("README.md (the generated:dag block)")
+    for rel, name, text in blocks(root):
+        if text is not None and _norm(text) != _norm((root / rel).read_text(encoding="utf-8")):
+            out.append(f"{rel} (the generated:{name} block)")
     return out
 
 
@@ -150,9 +163,9 @@ def write(root: Path) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(rel)
-    readme = readme_with_dag(root)
-    if readme is not None:
-        (root / "README.md").write_text(readme, encoding="utf-8")
+    for rel, _, text in blocks(root):
+        if text is not None:
+            (root / rel).write_text(text, encoding="utf-8")
     return written
 
 
