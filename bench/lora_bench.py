@@ -90,7 +90,7 @@ def build(arm: str, args):
 def one_arm(arm: str, args) -> dict:
     import torch
 
-    from rlhf.pipeline.decode import response_logits, token_logprobs
+    from rlhf.pipeline.decode import full_kl, response_logits, token_logprobs
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.ppo.critic import critic_loss, pack_right, response_values
 
@@ -116,7 +116,7 @@ def one_arm(arm: str, args) -> dict:
     logp = token_logprobs(logits, resp)
     adv = torch.randn(logp.shape, generator=gen).to(dev)
     p_loss, _, _ = core.policy_loss(logp, logp.detach(), adv, rm, 0.2)
-    p_loss = p_loss + 0.05 * core.masked_mean(core.full_kl(logits, ref_logits), rm)
+    p_loss = p_loss + 0.05 * core.masked_mean(full_kl(logits, ref_logits), rm)
     ids, mask, start = pack_right(q.tolist(), resp.tolist(), 0,
                                   None if critic.max_tokens is None else critic.max_tokens)
     ids, mask, start = ids.to(dev), mask.to(dev), start.to(dev)

@@ -1,5 +1,5 @@
 """`rlhf ppo`: train the policy with PPO against a reward model, a reward function or a reward
-server (pipeline/ppo/trainer.py; the three `--reward` kinds: pipeline/ppo/code_rewards.py).
+server (pipeline/ppo/trainer.py; the three `--reward` kinds: pipeline/models/code_rewards.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
         --strong-reward artifacts/models/rm_strong \
@@ -77,8 +77,8 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     latest = out / "checkpoints" / "latest"
     if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    from rlhf.pipeline.models import code_rewards
     from rlhf.pipeline.models import model_folders as mf
-    from rlhf.pipeline.ppo import code_rewards
 
     _check_reward(cfg, reward)
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
@@ -151,10 +151,11 @@ ppo = _with_feature_options(ppo)
 def _check_reward(cfg, reward: str) -> None:
     """A reward that is code or a server, with a feature that reads an RM's insides, or a
     function that does not load: one error line now, not after the models load."""
-    from rlhf.pipeline.ppo import code_rewards
+    from rlhf.pipeline.models import code_rewards
+    from rlhf.pipeline.ppo.scoring import check_features
 
     try:
-        code_rewards.check_features(cfg, reward)
+        check_features(cfg, reward)
         if code_rewards.kind(reward) == "python":
             code_rewards.load_function(reward)
     except ValueError as exc:

@@ -9,7 +9,7 @@ from rlhf.pipeline.ppo.features.registry import Input, register_input
 
 
 def _strong(ctx, path: Path):
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
 
     return load_scorer(path, name="strong_rm")
 
