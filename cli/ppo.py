@@ -17,8 +17,8 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, judge_or_fail,
-                             load_config, tracking_or_fail, use_text_format, write_metrics)
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                             stage_setup, tracking_or_fail, write_metrics)
 
 
 def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretrained folder + tokenizer)."),
@@ -57,10 +57,8 @@ def ppo(policy: Path = typer.Option(..., help="Policy checkpoint (save_pretraine
     """Train the policy with PPO; `--resume` continues a killed run exactly. The options after
     --deepspeed-config are the rollout-economy features' inputs and tables (one per registered
     input and table: pipeline/ppo/features)."""
-    cfg = load_config(params, "ppo")
-    use_text_format(params)
+    cfg, compute = stage_setup(params, "ppo")
     tracking = tracking_or_fail(params)
-    compute = compute_or_fail(params, "ppo")
     # the sections a switch makes it read, read up front (a bad one stops before any training)
     if cfg.heldout_eval and heldout_store is not None:  # the held-out figure's judge
         load_config(params, "judge")
