@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from rlhf.pipeline import ranges
 from rlhf.pipeline.samplers import coverage, sampler_from_table
 
 BUCKETS: tuple[str, ...] = ("low", "mid", "high")
@@ -48,12 +49,9 @@ class DifficultyConfig:
     sampler_batch_size: int = 16  # the sampler's default batch size in the coverage report
 
     def __post_init__(self):
-        if min(self.w_length, self.w_logprob_std, self.w_rm) < 0:
-            raise ValueError("weights must be >= 0")
+        ranges.check_fields("difficulty", self)
         if self.w_length + self.w_logprob_std + self.w_rm <= 0:
             raise ValueError("at least one weight must be > 0")
-        if not 0.0 <= self.clip_quantile < 0.5:
-            raise ValueError("clip_quantile must be in [0, 0.5)")
 
 
 # ---------------------------------------------------------------------------------------------
