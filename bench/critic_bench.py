@@ -25,31 +25,26 @@ import gc
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from rlhf.pipeline.ppo.critic import build_critic, critic_loss, pack_right, response_values
 
+sys.path.insert(0, str(Path(__file__).parent))
+from model_shapes import SCALES, shape_config
+
 DESIGNS = ("full", "light", "trunk", "shared")
-SCALES = {  # policy shapes: the embedded world's (pipeline/world ModelShape) and Qwen2-0.5B
-    "world": dict(model="llama", vocab_size=3000, hidden_size=128, intermediate_size=384,
-                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-                  tie_word_embeddings=True, max_position_embeddings=256),
-    "qwen05b": dict(model="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                    num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                    tie_word_embeddings=True, max_position_embeddings=4096),
-}
 
 
 def policy_config(args):
-    from transformers import AutoConfig, LlamaConfig, Qwen2Config
+    from transformers import AutoConfig
 
     if args.policy_config:
         return AutoConfig.from_pretrained(args.policy_config)
-    shape = dict(SCALES[args.scale])
-    cls = Qwen2Config if shape.pop("model") == "qwen2" else LlamaConfig
-    return cls(**shape, pad_token_id=0, attn_implementation="sdpa")
+    return shape_config(args.scale)
 
 
 def saved_bytes(fn, params) -> tuple[object, int]:

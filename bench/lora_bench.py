@@ -33,16 +33,12 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from model_shapes import SCALES, shape_config
 
 ARMS = ("plain-shared", "lora-shared", "lora-full", "plain-full")
-SCALES = {  # the same shapes as bench/critic_bench.py
-    "world": dict(model="llama", vocab_size=3000, hidden_size=128, intermediate_size=384,
-                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-                  tie_word_embeddings=True, max_position_embeddings=256),
-    "qwen05b": dict(model="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                    num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                    tie_word_embeddings=True, max_position_embeddings=4096),
-}
 
 
 def rss_gb() -> float:
@@ -57,16 +53,14 @@ def storages(tensors) -> dict[int, int]:
 def build(arm: str, args):
     """(policy, reference, critic, PPOConfig) as PPOTrainer builds them for `arm`."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM
 
     from rlhf.pipeline.config import build as build_config
     from rlhf.pipeline.ppo import lora
     from rlhf.pipeline.ppo.config import PPOConfig
     from rlhf.pipeline.ppo.critic import build_critic
 
-    shape = dict(SCALES[args.scale])
-    cls = Qwen2Config if shape.pop("model") == "qwen2" else LlamaConfig
-    mcfg = cls(**shape, pad_token_id=0, attn_implementation="sdpa")
+    mcfg = shape_config(args.scale)
     kind, critic_kind = arm.split("-")
     cfg = build_config(PPOConfig, {"critic": critic_kind, "critic_layers": args.critic_layers,
                                    "lora": {"enabled": kind == "lora", "r": args.r,
@@ -90,7 +84,7 @@ def build(arm: str, args):
 def one_arm(arm: str, args) -> dict:
     import torch
 
-    from rlhf.pipeline.decode import response_logits, token_logprobs
+    from rlhf.pipeline.decode import full_kl, response_logits, token_logprobs
     from rlhf.pipeline.ppo import core
     from rlhf.pipeline.ppo.critic import critic_loss, pack_right, response_values
 
@@ -116,7 +110,7 @@ def one_arm(arm: str, args) -> dict:
     logp = token_logprobs(logits, resp)
     adv = torch.randn(logp.shape, generator=gen).to(dev)
     p_loss, _, _ = core.policy_loss(logp, logp.detach(), adv, rm, 0.2)
-    p_loss = p_loss + 0.05 * core.masked_mean(core.full_kl(logits, ref_logits), rm)
+    p_loss = p_loss + 0.05 * core.masked_mean(full_kl(logits, ref_logits), rm)
     ids, mask, start = pack_right(q.tolist(), resp.tolist(), 0,
                                   None if critic.max_tokens is None else critic.max_tokens)
     ids, mask, start = ids.to(dev), mask.to(dev), start.to(dev)

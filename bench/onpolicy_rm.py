@@ -33,7 +33,7 @@ def main() -> None:
 
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.models.policy import load_policy, quiet_hf
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.reward.augment import hack_probe
     from rlhf.pipeline.reward.onpolicy import onpolicy_report, onpolicy_set
     from rlhf.pipeline.world.judge import gold_score

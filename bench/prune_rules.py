@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     from rlhf.pipeline.models.policy import set_threads
     from rlhf.pipeline.ppo.generate import generate_rollout, sampling_of
     from rlhf.pipeline.ppo.features.sample_economy import EntropyStop, continue_from_prefix
-    from rlhf.pipeline.ppo.samplers import load_prompts
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.samplers import load_prompts
+    from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.models.text import response_of
     from rlhf.pipeline.world.judge import gold_score
 

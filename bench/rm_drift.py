@@ -7,9 +7,9 @@ can re-label for RM evolution).
 """
 def main() -> None:
     from rlhf.pipeline.models.policy import load_policy
-    from rlhf.pipeline.ppo.samplers import load_prompts
     from rlhf.pipeline.reward import load_ensemble
     from rlhf.pipeline.reward.onpolicy import onpolicy_set, spearman
+    from rlhf.pipeline.samplers import load_prompts
     prompts=[t for _,t in load_prompts('artifacts/store/pool')]
     strong=load_ensemble('artifacts/models/rm_strong')
     light=load_ensemble('artifacts/models/rm_light')

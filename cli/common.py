@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -62,7 +63,8 @@ def add_plain_row(table: Table, *cells: Any) -> None:
 
 # --------------------------------------------------------------------------- stage commands
 # What the stage commands (cli/sft.py, preferences.py, reward.py, difficulty.py, demos.py,
-# judge.py) share: their input checks and the metric table each prints at its end.
+# judge.py) share: their input checks and the metric table each prints at its end (what they
+# read first of the params file, `stage_setup`, is below with the other params readers).
 console = Console()
 
 
@@ -204,6 +206,18 @@ def compute_or_fail(params: Path, stage: str) -> Any:
         return resolve(cfg, stage)
     except ComputeError as exc:
         fail(f"{params}: {exc}")
+
+
+def stage_setup(params: Path, stage: str,
+                runs_models: Callable[[Any], bool] = lambda cfg: True) -> tuple[Any, Any]:
+    """(cfg, compute): what every command that runs a model reads first, each problem one error
+    line: its typed `stage` section, the prompt format every prompt it encodes is rendered in
+    (`use_text_format`) and what it runs its models on (`compute_or_fail`). `runs_models(cfg)`
+    False (a configuration that runs no model): compute is None and the `compute:` section is
+    not read, so the report does not list it."""
+    cfg = load_config(params, stage)
+    use_text_format(params)
+    return cfg, compute_or_fail(params, stage) if runs_models(cfg) else None
 
 
 # What each stage's metrics file (artifacts/metrics/<stage>.json, `dvc metrics show`) holds: the

@@ -15,13 +15,11 @@ from rlhf.cli.common import (
     METRICS,
     PARAMS,
     REPORT,
-    compute_or_fail,
     fail,
-    load_config,
     need_model,
     pool_or_demos,
     print_table,
-    use_text_format,
+    stage_setup,
     write_metrics,
 )
 
@@ -39,9 +37,7 @@ def difficulty(
     """Difficulty 0-10 and bucket per pool prompt; checks the stratified sampler's coverage."""
     from rlhf.pipeline.difficulty import run
 
-    cfg = load_config(params, "difficulty")
-    use_text_format(params)
-    compute = compute_or_fail(params, "difficulty")
+    cfg, compute = stage_setup(params, "difficulty")
     need_model("policy", policy, "--policy")
     need_model("scorer", reward_model, "--reward-model")
     pool = pool_or_demos(pool, demos)

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, judge_or_fail,
-                             load_config, use_text_format, write_metrics)
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                             stage_setup, write_metrics)
 
 
 def eval_cmd(
@@ -32,11 +32,9 @@ def eval_cmd(
     report_path: Path | None = REPORT,
 ) -> None:
     """Evaluate the SFT policy and each PPO checkpoint: gold judge vs proxy RMs against sqrt(KL)."""
-    cfg = load_config(params, "eval")
+    cfg, compute = stage_setup(params, "eval")
     ppo_cfg = load_config(params, "ppo", ("temperature", "top_p"))  # sampled as PPO samples
-    use_text_format(params)
     judge = judge_or_fail(params, judge_model)
-    compute = compute_or_fail(params, "eval")
     if not prompts.exists():
         fail(f"--prompts {prompts} does not exist")
     from rlhf.pipeline.models import model_folders as mf

@@ -14,12 +14,10 @@ from rlhf.cli.common import (
     METRICS,
     PARAMS,
     REPORT,
-    compute_or_fail,
     fail,
-    load_config,
     need_dir,
     print_table,
-    use_text_format,
+    stage_setup,
     write_metrics,
 )
 
@@ -34,9 +32,7 @@ def judge(
     """Train the held-out gold RM (judge.kind heldout_rm) on the `gold` split of the labels."""
     from rlhf.pipeline.models.judges import train_heldout_judge
 
-    cfg = load_config(params, "judge")
-    use_text_format(params)
-    compute = compute_or_fail(params, "judge")
+    cfg, compute = stage_setup(params, "judge")
     need_dir(preferences_dir, "--preferences")
     t0 = time.perf_counter()
     try:

@@ -1,5 +1,5 @@
 """`rlhf ppo`: train the policy with PPO against a reward model, a reward function or a reward
-server (pipeline/ppo/trainer.py; the three `--reward` kinds: pipeline/ppo/code_rewards.py).
+server (pipeline/ppo/trainer.py; the three `--reward` kinds: pipeline/models/code_rewards.py).
 
     rlhf ppo --policy artifacts/models/sft --reward artifacts/models/rm_light \
         --strong-reward artifacts/models/rm_strong \
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, compute_or_fail, fail, judge_or_fail,
-                             load_config, tracking_or_fail, use_text_format, write_metrics)
+from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
+                             stage_setup, tracking_or_fail, write_metrics)
 
 
 def ppo(policy: Path = typer.Option(
@@ -59,10 +59,8 @@ def ppo(policy: Path = typer.Option(
     """Train the policy with PPO; `--resume` continues a killed run exactly. The options after
     --deepspeed-config are the rollout-economy features' inputs and tables (one per registered
     input and table: pipeline/ppo/features)."""
-    cfg = load_config(params, "ppo")
-    use_text_format(params)
+    cfg, compute = stage_setup(params, "ppo")
     tracking = tracking_or_fail(params)
-    compute = compute_or_fail(params, "ppo")
     # the sections a switch makes it read, read up front (a bad one stops before any training)
     if cfg.heldout_eval and heldout_store is not None:  # the held-out figure's judge
         load_config(params, "judge")
@@ -79,8 +77,8 @@ def ppo(policy: Path = typer.Option(
     latest = out / "checkpoints" / "latest"
     if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    from rlhf.pipeline.models import code_rewards
     from rlhf.pipeline.models import model_folders as mf
-    from rlhf.pipeline.ppo import code_rewards
 
     _check_reward(cfg, reward)
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
@@ -153,10 +151,11 @@ ppo = _with_feature_options(ppo)
 def _check_reward(cfg, reward: str) -> None:
     """A reward that is code or a server, with a feature that reads an RM's insides, or a
     function that does not load: one error line now, not after the models load."""
-    from rlhf.pipeline.ppo import code_rewards
+    from rlhf.pipeline.models import code_rewards
+    from rlhf.pipeline.ppo.scoring import check_features
 
     try:
-        code_rewards.check_features(cfg, reward)
+        check_features(cfg, reward)
         if code_rewards.kind(reward) == "python":
             code_rewards.load_function(reward)
     except ValueError as exc:

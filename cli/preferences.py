@@ -15,16 +15,14 @@ from rlhf.cli.common import (
     METRICS,
     PARAMS,
     REPORT,
-    compute_or_fail,
     console,
     fail,
     fmt,
-    load_config,
     need_dir,
     need_model,
     plain,
     print_table,
-    use_text_format,
+    stage_setup,
     write_metrics,
 )
 
@@ -55,12 +53,11 @@ def preferences(
     preferences.labels: human, read the human labels and the annotation queue)."""
     from rlhf.pipeline.preferences import run
 
-    cfg = load_config(params, "preferences")
-    use_text_format(params)
+    # human labels: no model runs, so no compute section is read
+    cfg, compute = stage_setup(params, "preferences", lambda c: c.labels != "human")
     if cfg.labels == "human":
         return _human_preferences(cfg, labels_from, queue, out, rejected_out, metrics,
                                   report_path)
-    compute = compute_or_fail(params, "preferences")  # human labels: no model runs
     if policy is None:
         fail("--policy is needed (preferences.labels: annotators)")
     need_model("policy", policy, "--policy")

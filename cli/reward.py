@@ -19,7 +19,6 @@ from rlhf.cli.common import (
     PARAMS,
     REPORT,
     add_plain_row,
-    compute_or_fail,
     console,
     data_table,
     fail,
@@ -31,8 +30,8 @@ from rlhf.cli.common import (
     plain,
     pool_or_demos,
     print_table,
+    stage_setup,
     tracking_or_fail,
-    use_text_format,
     write_metrics,
 )
 
@@ -58,13 +57,11 @@ def reward(
     from rlhf.pipeline.decode import Sampling
     from rlhf.pipeline.reward.stage import run
 
-    cfg = load_config(params, "reward")
-    use_text_format(params)
+    cfg, compute = stage_setup(params, "reward")
     # how PPO will sample: the distribution the on-policy figures are measured on
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
-    compute = compute_or_fail(params, "reward")
     need_dir(preferences_dir, "--preferences")
     need_model("policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name

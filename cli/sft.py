@@ -15,14 +15,13 @@ from rlhf.cli.common import (
     METRICS,
     PARAMS,
     REPORT,
-    compute_or_fail,
     fail,
     judge_or_fail,
     load_config,
     need_model,
     print_table,
+    stage_setup,
     tracking_or_fail,
-    use_text_format,
     write_metrics,
 )
 
@@ -43,11 +42,9 @@ def sft(
     """Supervised fine-tuning of the starting policy (TRL SFTTrainer)."""
     from rlhf.pipeline.sft import run
 
-    cfg = load_config(params, "sft")
-    use_text_format(params)
+    cfg, compute = stage_setup(params, "sft")
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
-    compute = compute_or_fail(params, "sft")
     if not demos.is_file():
         fail(f"--demos {demos} is not a file")
     if not cfg.base_model:

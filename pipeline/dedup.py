@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from rlhf.pipeline import ranges
 from rlhf.pipeline.dedup_cluster import (
     ClusterInfo,
     cluster,
@@ -93,21 +94,10 @@ class DedupConfig:
     rows_per_shard: int = 100_000
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.distance_threshold < 2.0:
-            raise ValueError("distance_threshold must be in (0, 2) (cosine distance)")
-        if self.partition_size < 2 or self.exact_max_size < 2 or self.component_max_size < 2:
-            raise ValueError("partition_size, exact_max_size and component_max_size must be >= 2")
-        if self.ann_list_size < 1 or self.ann_probe < 1 or self.ann_dim < 0:
-            raise ValueError("ann_list_size and ann_probe must be >= 1, ann_dim >= 0")
-        if not 0.0 <= self.ann_margin < 2.0:
-            raise ValueError("ann_margin must be in [0, 2)")
-        if self.merge_partitions < 0 or self.topic_clusters < 1 or self.batch_size < 1:
-            raise ValueError("merge_partitions >= 0, topic_clusters >= 1, batch_size >= 1")
+        ranges.check_fields("dedup", self)
         unknown = set(self.split_fractions) - set(SPLITS)
         if unknown:
             raise ValueError(f"split_fractions: unknown split(s) {sorted(unknown)}; known: {SPLITS}")
-        if any(f < 0 for f in self.split_fractions.values()):
-            raise ValueError("split_fractions must be >= 0")
         if abs(sum(self.split_fractions.values()) - 1.0) > 1e-6:
             raise ValueError(f"split_fractions must sum to 1, got {sum(self.split_fractions.values())}")
 

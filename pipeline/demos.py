@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlhf.pipeline import ranges
 from rlhf.pipeline.world import ModelShape
 
 
@@ -34,8 +35,7 @@ class DemosConfig:
         num_key_value_heads=2, max_position_embeddings=256))
 
     def __post_init__(self) -> None:
-        if self.max_demos < 0 or not 300 <= self.tokenizer_vocab <= 50000:
-            raise ValueError("max_demos must be >= 0 and tokenizer_vocab in [300, 50000]")
+        ranges.check_fields("demos", self)
 
 
 def demonstrations(store_root: str | Path, cfg: DemosConfig) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ response length (tokens), the standard deviation of its token log-probabilities 
 model's score, a weighted composite scaled to 0-10 is the prompt's difficulty, bucketed
 low 0-3 / mid 4-6 / high 7-10. Seed 000 §3.1 prompt diversity: every rollout batch covers every
 difficulty bucket and every topic cluster, as evenly as the pool allows (`StratifiedSampler`,
-pipeline/ppo/samplers.py; this stage reports its coverage on the new table).
+pipeline/samplers.py; this stage reports its coverage on the new table).
 
     rlhf difficulty --pool artifacts/store/pool --policy artifacts/models/sft \
         --reward-model artifacts/models/rm_strong --out artifacts/store/difficulty \
@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-
-# the sampler lives with the trainer that draws from it; the stage checks its coverage
-from rlhf.pipeline.ppo.samplers import (  # noqa: F401  (re-exported for the stage's users)
-    FILL_MODES,
-    StratifiedSampler,
-    coverage,
-    sampler_from_table,
-)
+from rlhf.pipeline import ranges
+from rlhf.pipeline.samplers import coverage, sampler_from_table
 
 BUCKETS: tuple[str, ...] = ("low", "mid", "high")
 
@@ -55,12 +49,9 @@ class DifficultyConfig:
     sampler_batch_size: int = 16  # the sampler's default batch size in the coverage report
 
     def __post_init__(self):
-        if min(self.w_length, self.w_logprob_std, self.w_rm) < 0:
-            raise ValueError("weights must be >= 0")
+        ranges.check_fields("difficulty", self)
         if self.w_length + self.w_logprob_std + self.w_rm <= 0:
             raise ValueError("at least one weight must be > 0")
-        if not 0.0 <= self.clip_quantile < 0.5:
-            raise ValueError("clip_quantile must be in [0, 0.5)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,8 +121,8 @@ def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
         return sorted(rows, key=lambda r: r["prompt_id"]), "pool"
     if demos_path is None:
         raise ValueError("give --pool (a pool table folder) or --demos")
-    from rlhf.pipeline.sft import read_demonstrations
     from rlhf.pipeline.models.text import clean
+    from rlhf.pipeline.sft import read_demonstrations
     from rlhf.store.hashing import content_hash
 
     topic_of: dict[str, str] = {}

@@ -152,13 +152,13 @@ def load_checkpoint_policy(sft_path: str | Path, folder: Path, compute=None):
 def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, temperature: float,
                    top_p: float, progress=None) -> list[dict]:
     """One sampled response per prompt, with its token count and the exact KL(policy || ref)
-    summed over its tokens (full tempered distributions, as the PPO trainer's penalty: core.full_kl).
+    summed over its tokens (full tempered distributions, as the PPO trainer's penalty: full_kl).
     """
     import torch
 
-    from rlhf.pipeline.decode import (Sampling, cut_at_eos, encode_prompts, get_generator,
-                                      pad_responses, resolve_engine, response_logits)
-    from rlhf.pipeline.ppo import core
+    from rlhf.pipeline.decode import (Sampling, cut_at_eos, encode_prompts, full_kl,
+                                      get_generator, pad_responses, resolve_engine,
+                                      response_logits)
     from rlhf.pipeline.models.text import response_of
 
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -178,8 +178,8 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
             if model.device.type != "cpu":
                 resp, resp_mask = resp.to(model.device), resp_mask.to(model.device)
             q, qm = enc["input_ids"], enc["attention_mask"]
-            kl = core.full_kl(response_logits(model, q, qm, resp, resp_mask, temperature),
-                              response_logits(ref, q, qm, resp, resp_mask, temperature))
+            kl = full_kl(response_logits(model, q, qm, resp, resp_mask, temperature),
+                         response_logits(ref, q, qm, resp, resp_mask, temperature))
             kl = kl * resp_mask  # [B, T]
         for i, r in enumerate(rows):
             text = response_of(tok.decode(r, skip_special_tokens=True))
@@ -211,7 +211,7 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
     import torch
     from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.models.policy import load_policy
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
 
     judge = judge if judge is not None else WorldGoldJudge()
 

@@ -9,8 +9,9 @@ tuple of ranges covers the columns of a table's rows (`ppo.lambda_eps_table`).
 
 Cross-field rules (a batch that is a multiple of its mini-batch, fractions that leave room for
 training) stay in each dataclass's `__post_init__`; this table holds what one value alone must
-satisfy. A numeric field of a config dataclass that has no entry here fails
-tests/test_params_ranges.py.
+satisfy, and `__post_init__` checks it with `check_fields`, so a config built in code obeys the
+same bounds as one read from a params file and each bound is written once. A numeric field of a
+config dataclass that has no entry here fails tests/test_params_ranges.py.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ RANGES: dict[str, dict[str, Spec]] = {
     "WorldConfig": {
         "seed": NONNEG, "n_prompts": COUNT, "source_mix": NONNEG, "defect_rate": FRACTION_LT1,
         "exact_dup_rate": FRACTION_LT1, "paraphrase_rate": FRACTION_LT1,
-        "long_prompt_words": COUNT, "n_demos": COUNT, "demo_mix": NONNEG,
-        "tokenizer_vocab": COUNT,
+        "long_prompt_words": Range(300), "n_demos": COUNT, "demo_mix": NONNEG,
+        "tokenizer_vocab": Range(300, 50000),
     },
     "ModelShape": _MODEL_SHAPE,
     "IngestConfig": {
@@ -87,7 +88,8 @@ RANGES: dict[str, dict[str, Spec]] = {
         "raw_max_chars": COUNT,
     },
     "DedupConfig": {
-        "batch_size": COUNT, "distance_threshold": Range(0, 2, lo_open=True, hi_open=True),
+        "batch_size": COUNT,
+        "distance_threshold": Range(0, 2, lo_open=True, hi_open=True, why="a cosine distance"),
         "exact_max_size": Range(2), "partition_size": Range(2), "merge_partitions": NONNEG,
         "topic_clusters": COUNT, "split_fractions": PROB, "seed": NONNEG,
         "rows_per_shard": COUNT,
@@ -120,7 +122,8 @@ RANGES: dict[str, dict[str, Spec]] = {
         "eval_max_new_tokens": COUNT, "eval_temperature": POS, "seed": NONNEG,
     },
     "PreferencesConfig": {
-        "gold_fraction": FRACTION_LT1, "k": Range(3), "demo_candidates": NONNEG,
+        "gold_fraction": FRACTION_LT1, "demo_candidates": NONNEG,
+        "k": Range(3, why="seed 000 §3.4: at least 3 responses per prompt"),
         "max_prompts": NONNEG, "temperature": POS, "top_p": TOP_P, "max_new_tokens": COUNT,
         "batch_size": COUNT, "heldout_fraction": FRACTION_LT1, "seed": NONNEG,
         "hh_heldout_fraction": FRACTION_LT1, "hh_max_pairs": NONNEG,
@@ -205,3 +208,12 @@ def check(where: str, key: str, value: Any, spec: Spec) -> str | None:
                 return msg
         return None
     return bad(path, value, spec if isinstance(spec, Range) else FINITE)
+
+
+def check_fields(where: str, cfg: Any, error: type[Exception] = ValueError) -> None:
+    """Raise `error` (one line, as `check` words it) for the first field of config dataclass
+    `cfg` outside its range (`of(type(cfg))`); `where` is its params section. Each config's
+    `__post_init__` calls it before its cross-field rules."""
+    for name, spec in of(type(cfg)).items():
+        if (msg := check(where, name, getattr(cfg, name), spec)):
+            raise error(msg)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rlhf.pipeline import ranges
 from rlhf.pipeline.difficulty import BUCKETS
 
 METHODS = ("logistic", "centroid")
@@ -58,22 +59,10 @@ class RouterConfig:
         if self.method not in METHODS:
             raise ValueError(f"router.method must be one of {', '.join(METHODS)}, "
                              f"got {self.method!r}")
-        if not self.l2 > 0:
-            raise ValueError("router.l2 must be > 0")
-        if self.steps < 1:
-            raise ValueError("router.steps must be >= 1")
-        if not 0.0 < self.held_out_fraction < 1.0:
-            raise ValueError("router.held_out_fraction must be in (0, 1)")
-        for key in ("split_repeats", "bootstrap"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"router.{key} must be >= 0")
-        if self.timing_repeats < 1:
-            raise ValueError("router.timing_repeats must be >= 1")
+        ranges.check_fields("router", self)
         if set(self.max_new_tokens) != set(BUCKETS):
             raise ValueError(f"router.max_new_tokens must have exactly the keys "
                              f"{', '.join(BUCKETS)}, got {', '.join(sorted(self.max_new_tokens))}")
-        if min(self.max_new_tokens.values()) < 1:
-            raise ValueError("router.max_new_tokens values must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlhf.pipeline import ranges
 from rlhf.pipeline.models.compute import own_accelerate_state
 from rlhf.pipeline.models.text import RESPONSE_SEPARATOR, clean, format_prompt, messages_of, templated
 from rlhf.store.hashing import hashed_split
@@ -51,10 +52,7 @@ class SftConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not 0.0 <= self.heldout_fraction < 1.0:
-            raise ValueError("heldout_fraction must be in [0, 1)")
-        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
-            raise ValueError("epochs, learning_rate and batch_size must be positive")
+        ranges.check_fields("sft", self)
 
 
 def read_demonstrations(path: str | Path) -> list[dict[str, Any]]:

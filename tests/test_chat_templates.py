@@ -113,7 +113,7 @@ def test_the_policy_and_the_rms_read_the_conversation_as_the_template_renders_it
     assert rewards.tolist() == pytest.approx([_direct_score(rm, ids) for ids in want], abs=1e-5)
 
     # PPO's adapter for a plain RM checkpoint reads the same ids
-    from rlhf.pipeline.ppo.scoring import HFScorer
+    from rlhf.pipeline.models.scoring import HFScorer
 
     assert _unpadded(HFScorer(rm, tok)._encode(prompts, [RESPONSE] * 2)) == want
 

@@ -133,7 +133,7 @@ def test_policy_loads_in_the_dtype_asked_for_and_samples(world, capsys):
 def test_reward_models_load_and_score_in_the_dtype_asked_for(world):
     """reward scoring, difficulty, eval's RMs and ppo's reward: the stage's scorer.json folders
     and a plain sequence-classification folder; scores come back float32 on the CPU."""
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.reward.scorer import load_ensemble
 
     strong = load_ensemble(world["strong_reward"], compute=BF16)

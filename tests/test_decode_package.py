@@ -1,8 +1,10 @@
-"""The decode package's boundary (pipeline/decode/), read from the imports with `ast`: no
-module of the package imports the trainer (`rlhf.pipeline.ppo`) or a stage module (a dvc.yaml
+"""The rooms' boundaries, read from the imports with `ast`. The decode package (pipeline/decode/):
+no module of the package imports the trainer (`rlhf.pipeline.ppo`) or a stage module (a dvc.yaml
 stage's own module); the package's modules import one another without a cycle; and no module
 outside it imports a module of the package, or a name its `__init__` does not list: everything else
-goes through `rlhf.pipeline.decode`'s public names.
+goes through `rlhf.pipeline.decode`'s public names. The trainer (pipeline/ppo/): no module of
+pipeline/, cli/ or store/ imports it but its own and its command, cli/ppo.py (what a stage and the
+trainer share lives in the shared rooms: pipeline/models/, pipeline/decode/, pipeline/samplers.py).
 
 Every import counts, a function's own too (an import inside a function closes a circle as well
 as one at the top). A test may still name a module of the package as the target of a
@@ -24,6 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "rlhf.pipeline.decode"
 DECODE = REPO / "pipeline" / "decode"
 OUTSIDE = ("pipeline", "cli", "store", "bench", "tests", "docs")
+TRAINER = "rlhf.pipeline.ppo"
+# what may import the trainer besides its own modules: its command (bench/ and tests/ drive it,
+# docs/gen_reference.py documents its features' fields; none of them is a room of `rlhf`)
+TRAINER_USERS = ("rlhf.cli.ppo",)
 
 
 def module_name(path: Path) -> str:
@@ -79,6 +85,13 @@ def package_modules() -> dict[str, Path]:
 def outside_modules() -> dict[str, Path]:
     return {module_name(p): p for top in OUTSIDE for p in sorted((REPO / top).rglob("*.py"))
             if DECODE not in p.parents}
+
+
+def beside_the_trainer() -> dict[str, Path]:
+    """The modules of `rlhf` (pipeline/, cli/, store/) outside the trainer's room and its users."""
+    modules = {module_name(p): p for top in ("pipeline", "cli", "store")
+               for p in sorted((REPO / top).rglob("*.py"))}
+    return {n: p for n, p in modules.items() if not within(n, TRAINER) and n not in TRAINER_USERS}
 
 
 def public_names() -> set[str]:
@@ -162,6 +175,15 @@ def test_outside_imports_only_the_public_names():
     assert not bad, "\n".join(bad)
 
 
+def test_nothing_beside_the_trainer_imports_it():
+    modules = beside_the_trainer()
+    assert {"rlhf.pipeline.eval", "rlhf.pipeline.difficulty", "rlhf.cli.eval"} <= set(modules)
+    assert not any(within(n, TRAINER) for n in modules) and "rlhf.cli.ppo" not in modules
+    bad = boundary_violations(modules, {TRAINER})
+    assert not bad, "reaches into the trainer (move what they share to a shared room):\n" + \
+        "\n".join(bad)
+
+
 def test_the_public_names_are_the_packages():
     from rlhf.pipeline import decode
 
@@ -175,6 +197,9 @@ BAD = {  # one module that breaks a rule, and the check that must report it
     "private": "from rlhf.pipeline.decode.native import prefill\n",
     "private_dotted": "import rlhf.pipeline.decode.sampling\n",
     "unlisted": "from rlhf.pipeline.decode import EDGE_MARGIN\n",
+    "stage_to_trainer": "def f():\n    from rlhf.pipeline.ppo import core\n",
+    "stage_to_trainer_package": "from rlhf.pipeline import ppo\n",
+    "stage_to_trainer_relative": "def f():\n    from .ppo.samplers import load_prompts\n",
 }
 
 
@@ -187,6 +212,11 @@ def test_the_checks_fail_on_the_imports_they_forbid(tmp_path, case):
         (tmp_path / "bad.py").write_text(BAD[case])
         decode["rlhf.pipeline.decode.bad"] = tmp_path / "bad.py"
         assert boundary_violations(decode, {"rlhf.pipeline.ppo", *stage_modules()})
+    elif case.startswith("stage_to_trainer"):  # pipeline/eval.py, reaching into the trainer
+        (tmp_path / "eval.py").write_text((REPO / "pipeline" / "eval.py").read_text()
+                                          + "\n\n" + BAD[case])
+        modules = {**beside_the_trainer(), "rlhf.pipeline.eval": tmp_path / "eval.py"}
+        assert boundary_violations(modules, {TRAINER})
     elif case in ("private", "private_dotted", "unlisted"):
         (tmp_path / "mod.py").write_text(BAD[case])
         assert outside_violations({"bench.mod": tmp_path / "mod.py"}, public_names())

@@ -1,4 +1,5 @@
-"""The difficulty composite on hand-made inputs, the buckets, and the stratified sampler."""
+"""The difficulty composite on hand-made inputs, the buckets, and the stratified sampler
+(pipeline/samplers.py) whose coverage the stage reports."""
 
 from __future__ import annotations
 
@@ -6,13 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from rlhf.pipeline.difficulty import (
-    StratifiedSampler,
-    bucket_of,
-    coverage,
-    difficulty_scores,
-    scale_feature,
-)
+from rlhf.pipeline.difficulty import bucket_of, difficulty_scores, scale_feature
+from rlhf.pipeline.samplers import StratifiedSampler, coverage
 
 
 def test_scale_feature_min_max_and_constant():

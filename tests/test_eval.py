@@ -56,8 +56,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
     computed from a forward over that prompt + response alone (with either rollout engine)."""
     import torch
     from rlhf.pipeline.eval import sample_with_kl
-    from rlhf.pipeline.decode import Sampling, get_generator
-    from rlhf.pipeline.ppo import core
+    from rlhf.pipeline.decode import Sampling, full_kl, get_generator
     from rlhf.pipeline.models.text import format_prompt
 
     tok = ppo_tiny.tokenizer()
@@ -82,7 +81,7 @@ def test_batched_kl_matches_unbatched_sum(tmp_path, engine):
             lp = pol(input_ids=ids).logits[:, P - 1:P - 1 + stop] / (0.8 + 1e-7)
             lr = ref(input_ids=ids).logits[:, P - 1:P - 1 + stop] / (0.8 + 1e-7)
         assert outs[i]["n_tokens"] == stop
-        assert outs[i]["kl"] == pytest.approx(float(core.full_kl(lp, lr).sum()), rel=1e-4,
+        assert outs[i]["kl"] == pytest.approx(float(full_kl(lp, lr).sum()), rel=1e-4,
                                               abs=1e-6)
 
 

@@ -160,3 +160,23 @@ def test_params_check_names_the_bad_value(tmp_path, section, key, value, expecte
     assert result.exit_code != 0
     assert result.output.strip().splitlines() == [f"error: {expected}"]
     assert "Traceback" not in result.output
+
+
+# Config classes whose __post_init__ does not check its ranges yet (a config built in code, not
+# read from a params file, skips them): the reward stage's (pipeline/reward/ is being reworked)
+# and eval's (pipeline/eval.py likewise); ModelShape and AnnotatorConfig have no __post_init__.
+UNCHECKED = {"EvalConfig", "RewardConfig", "RmTrainConfig", "LightConfig", "ModelShape",
+             "AnnotatorConfig"}
+SCALARS = [f for f in NUMERIC if f[3] in (int, float) and f[1].__name__ not in UNCHECKED]
+
+
+@pytest.mark.parametrize("key,cls,name,tp", SCALARS, ids=[k for k, *_ in SCALARS])
+def test_a_config_built_in_code_obeys_the_same_ranges(key, cls, name, tp):
+    """`__post_init__` reads ranges.py (`check_fields`), so a config built in code rejects what
+    the params check rejects, with the same line: each bound is written once."""
+    spec = ranges.of(cls)[name]
+    for bad in spec.excluded():
+        with pytest.raises(ValueError) as info:
+            dataclasses.replace(cls(), **{name: bad})
+        msg = str(info.value)  # a nested block names itself only (lora.r)
+        assert " = " in msg and key.endswith(msg.split(" = ")[0]) and "allowed" in msg, msg

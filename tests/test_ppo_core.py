@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf.pipeline.decode import token_entropy, token_logprobs
+from rlhf.pipeline.decode import full_kl, token_entropy, token_logprobs
 from rlhf.pipeline.ppo import core
 
 DATA = Path(__file__).parent / "data"
@@ -152,7 +152,7 @@ def test_kl_estimators_by_hand_and_unbiased_against_full_kl():
     p = torch.tensor([0.5, 0.25, 0.25])
     q = torch.tensor([0.25, 0.5, 0.25])
     exact = 0.5 * math.log(2) + 0.25 * math.log(0.5)
-    kl = core.full_kl(p.log().view(1, 1, 3), q.log().view(1, 1, 3))
+    kl = full_kl(p.log().view(1, 1, 3), q.log().view(1, 1, 3))
     assert kl.item() == pytest.approx(exact)
     # k1 and k3 are unbiased: their expectation under p (enumerated exactly) is the full KL
     tokens = torch.arange(3).view(1, 3)
@@ -160,7 +160,7 @@ def test_kl_estimators_by_hand_and_unbiased_against_full_kl():
     lq = token_logprobs(q.log().expand(1, 3, 3), tokens)
     for kind in ("k1", "k3"):
         assert (p * core.kl_estimate(lp, lq, kind)[0]).sum().item() == pytest.approx(exact)
-    assert core.full_kl(p.log().view(1, 1, 3), p.log().view(1, 1, 3)).item() == pytest.approx(0)
+    assert full_kl(p.log().view(1, 1, 3), p.log().view(1, 1, 3)).item() == pytest.approx(0)
 
 
 def test_truncated_top_k_distributions_are_refused():
@@ -173,7 +173,7 @@ def test_truncated_top_k_distributions_are_refused():
     with pytest.raises(ValueError, match="sum to 1"):
         core.check_full_distribution(top5)
     with pytest.raises(ValueError, match="vocabular"):
-        core.full_kl(logits, logits[..., :5])
+        full_kl(logits, logits[..., :5])
 
 
 def test_token_entropy_by_hand():

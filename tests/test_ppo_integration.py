@@ -6,20 +6,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import ppo_tiny
 import pyarrow as pa
 import pytest
 import torch
-
-import ppo_tiny
 from rlhf.pipeline.config import build
 from rlhf.pipeline.decode import Sampling
 from rlhf.pipeline.heldout_prompts import held_out_prompts
 from rlhf.pipeline.ppo.config import PPOConfig
-from rlhf.pipeline.ppo.samplers import StratifiedPromptSampler, load_prompts, strata
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
+from rlhf.pipeline.samplers import StratifiedPromptSampler, load_prompts, strata
 from rlhf.store.io import write_shard
 from rlhf.store.schemas import schema_for
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -117,8 +115,8 @@ def test_trainer_draws_stratified_batches_and_checkpoints_the_sampler(tmp_path):
 def test_reward_stage_scorer_and_gold_comparison(tmp_path):
     """The reward stage's scorer folder (scorer.json + checkpoint) under the trainer's interface,
     and `compare` scoring both policies on the same held-out prompts."""
+    from rlhf.pipeline.models.scoring import RewardStageScorer, load_scorer
     from rlhf.pipeline.ppo.heldout_gold import compare
-    from rlhf.pipeline.ppo.scoring import RewardStageScorer, load_scorer
     from rlhf.pipeline.reward.scorer import save_scorer
 
     world = ppo_tiny.build_world(tmp_path / "world")

@@ -64,7 +64,7 @@ def _key(row: dict) -> tuple:
 def test_escalated_rollouts_are_scored_by_the_strong_rm(tiered_run):
     """Tier 2 exactly when the light RM's confidence is below 0.6; PPO's reward is then the
     strong RM's score of that very response (recomputed here from the stored texts)."""
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
 
     light = load_scorer(tiered_run["world"]["reward"])
     strong = load_scorer(tiered_run["world"]["strong_reward"], name="strong_rm")

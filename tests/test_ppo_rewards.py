@@ -1,7 +1,7 @@
-"""The two `rlhf ppo --reward` kinds besides an RM folder (pipeline/ppo/code_rewards.py): a Python
-function (a file or a module, its errors one line naming it) and a reward server (OpenRLHF's
-remote RM contract) tested against real HTTP servers on 127.0.0.1, and the shipped arithmetic
-rule (pipeline/reward/rules/arithmetic.py) run through `rlhf ppo` on a tiny policy."""
+"""The two `rlhf ppo --reward` kinds besides an RM folder (pipeline/models/code_rewards.py): a
+Python function (a file or a module, its errors one line naming it) and a reward server
+(OpenRLHF's remote RM contract) tested against real HTTP servers on 127.0.0.1, and the shipped
+arithmetic rule (pipeline/reward/rules/arithmetic.py) run through `rlhf ppo` on a tiny policy."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import ppo_tiny
 import pytest
-from rlhf.pipeline.ppo import code_rewards
-from rlhf.pipeline.ppo.code_rewards import RewardError, ServerScorer
+from rlhf.pipeline.models import code_rewards
+from rlhf.pipeline.models.code_rewards import RewardError, ServerScorer
+from rlhf.pipeline.models.scoring import load_scorer
 from rlhf.pipeline.ppo.config import PPOConfig
-from rlhf.pipeline.ppo.scoring import load_scorer
+from rlhf.pipeline.ppo.scoring import check_features
 from rlhf.pipeline.reward.rules import arithmetic
 from typer.testing import CliRunner
 
@@ -128,9 +129,9 @@ def test_features_that_read_an_rm_refuse_a_reward_that_is_code():
         cfg = PPOConfig(**switch)
         for spec in (ARITH, "http://127.0.0.1:1/score"):
             with pytest.raises(ValueError, match=f"ppo.{next(iter(switch))} .*needs"):
-                code_rewards.check_features(cfg, spec)
-        code_rewards.check_features(cfg, "artifacts/models/rm_light")  # a folder: fine
-    code_rewards.check_features(PPOConfig(resample_on=True), ARITH)  # whole-response resample
+                check_features(cfg, spec)
+        check_features(cfg, "artifacts/models/rm_light")  # a folder: fine
+    check_features(PPOConfig(resample_on=True), ARITH)  # whole-response resample
 
 
 # --------------------------------------------------------------------------- servers

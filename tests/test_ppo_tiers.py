@@ -15,7 +15,7 @@ import ppo_tiny
 from rlhf.pipeline.config import ConfigError, build
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.features.rm_evolution import gate_mask, relative_drop
-from rlhf.pipeline.ppo.scoring import load_scorer
+from rlhf.pipeline.models.scoring import load_scorer
 from rlhf.pipeline.ppo.features.tiers import capped, escalation_triggers
 from rlhf.pipeline.ppo.features.inputs import annotator_pool
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths, hooks_for

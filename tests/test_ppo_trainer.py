@@ -6,18 +6,16 @@ import csv
 import json
 import math
 
+import ppo_tiny
 import pytest
 import torch
-
-import ppo_tiny
 from rlhf.pipeline.config import build
-from rlhf.pipeline.decode import token_entropy, token_logprobs
-from rlhf.pipeline.ppo import core
+from rlhf.pipeline.decode import full_kl, token_entropy, token_logprobs
 from rlhf.pipeline.ppo.config import PPOConfig
 from rlhf.pipeline.ppo.generate import rollout_dropout
 from rlhf.pipeline.ppo.records import CSV_COLUMNS
-from rlhf.pipeline.ppo.samplers import load_prompts
 from rlhf.pipeline.ppo.trainer import PPOTrainer, RunPaths
+from rlhf.pipeline.samplers import load_prompts
 from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import read_table
 
@@ -113,7 +111,7 @@ def test_rollout_logprobs_and_kl_come_from_full_distributions(tmp_path):
     assert logits.shape[-1] == len(tr.tokenizer)  # the whole vocabulary
     expected = token_logprobs(logits, r.response)
     assert torch.allclose(r.logprobs, expected, atol=1e-5)
-    assert torch.allclose(r.kl, core.full_kl(logits, ref_logits) * r.response_mask, atol=1e-6)
+    assert torch.allclose(r.kl, full_kl(logits, ref_logits) * r.response_mask, atol=1e-6)
     assert r.kl.abs().max() < 1e-5  # policy == reference before any update
     assert torch.allclose(r.entropy, token_entropy(logits), atol=1e-4)
 
@@ -208,8 +206,8 @@ def test_load_prompts_from_jsonl_and_pool(tmp_path):
 def test_hf_scorer_token_scores_end_at_the_sequence_score(tmp_path):
     """Per-position RM attribution (critic.py): the prefix score after the last response token
     is the RM's score of the whole sample, read from the same forward pass."""
+    from rlhf.pipeline.models.scoring import HFScorer
     from rlhf.pipeline.ppo.critic import reward_attention_weights
-    from rlhf.pipeline.ppo.scoring import HFScorer
 
     world = ppo_tiny.build_world(tmp_path / "world")
     scorer = HFScorer.load(str(world["reward"]))
@@ -281,10 +279,9 @@ def test_rollouts_and_checkpoints_land_in_the_store_and_survive_a_resume(tmp_pat
     """Rows go through store.rollouts (hive layout, whole-step shards cut at each checkpoint);
     each checkpoint is a `checkpoints` row the lineage audit walks; a resume from an older
     checkpoint redoes the later steps without storing any step twice."""
-    from typer.testing import CliRunner
-
     from rlhf.cli.app import app
     from rlhf.store.rollouts import run_shards
+    from typer.testing import CliRunner
 
     store = tmp_path / "store"
     tmp_path.joinpath("run").mkdir()

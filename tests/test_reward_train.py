@@ -221,7 +221,7 @@ def _tiny_bert_rm(seed: int = 0):
 
 
 def test_attribution_spreads_characters_over_policy_token_slices():
-    from rlhf.pipeline.ppo.scoring import _spread
+    from rlhf.pipeline.models.scoring import _spread
 
     # "cat dog" (7 chars) in two policy tokens: chars [0, 3) and [3, 7)
     assert _spread(7, [(0, 3, 0.6), (4, 7, -0.3)], 2) == pytest.approx([0.6, -0.3])
@@ -234,7 +234,7 @@ def test_encoder_rm_token_scores_are_gradient_x_input_aligned_to_policy_tokens()
     """An encoder RM (BERT/MiniLM: no per-token head) still gives the critic per-position scores:
     increments are gradient x input attributions of the RM's tokens, mapped onto the policy's
     tokens by characters; the last position is the RM's own score of the whole text."""
-    from rlhf.pipeline.ppo.scoring import HFScorer, can_attribute, has_token_head
+    from rlhf.pipeline.models.scoring import HFScorer, can_attribute, has_token_head
     from rlhf.pipeline.reward.scorer import batch_scores, encode_texts
 
     model, tok = _tiny_bert_rm()
@@ -260,7 +260,7 @@ def test_encoder_rm_token_scores_are_gradient_x_input_aligned_to_policy_tokens()
 def test_reward_stage_scorer_gives_an_encoder_light_rm_token_scores(tmp_path):
     """The reward stage's light RM folder with an encoder member (light.init 'strong' cuts one
     from MiniLM) reaches PPO with `token_scores`, shifted by the member's reference."""
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.reward.scorer import save_scorer
 
     model, tok = _tiny_bert_rm(seed=1)

@@ -53,17 +53,17 @@ INPUT_ARTIFACTS = {"pool_embeddings": f"{A}/store/pool_embeddings",
 # the package's modules every job runs (the driver's: arms, prepare, results, job, driver)
 DRIVER_CODE = tuple(f"bench/economy/{m}.py" for m in (
     "__init__", "__main__", "driver", "arms", "prepare", "results", "job"))
-# code every job runs (held-out gold, the store, the policy and RM loaders, the setup)
+# code every job runs (held-out gold, the store, the policy and RM loaders, the prompts, the setup)
 SHARED_CODE = (*DRIVER_CODE, "pipeline/config.py", "pipeline/models/lora.py",
                "pipeline/models/policy.py", "pipeline/decode", "pipeline/models/text.py",
                "pipeline/heldout_prompts.py", "pipeline/models/judges.py", "pipeline/world/judge.py", "pipeline/reward/scorer.py",
-               "pipeline/reward/confidence.py", "store/schemas.py", "store/io.py",
-               "store/hashing.py", "store/rollouts.py")
+               "pipeline/reward/confidence.py", "pipeline/models/scoring.py",
+               "pipeline/models/code_rewards.py", "pipeline/samplers.py", "store/schemas.py",
+               "store/io.py", "store/hashing.py", "store/rollouts.py")
 # what the TRL peers run of ours besides SHARED_CODE
-PEER_CODE = ("bench/economy/peers.py", "pipeline/ppo/accounting.py", "pipeline/ppo/scoring.py",
-             "pipeline/ppo/samplers.py", "pipeline/ppo/config.py", "pipeline/ppo/schedules.py",
-             "pipeline/ppo/heldout_gold.py", "pipeline/ppo/generate.py", "pipeline/ppo/core.py",
-             "pipeline/ppo/rollout.py")
+PEER_CODE = ("bench/economy/peers.py", "pipeline/ppo/accounting.py", "pipeline/ppo/config.py",
+             "pipeline/ppo/schedules.py", "pipeline/ppo/heldout_gold.py", "pipeline/ppo/generate.py",
+             "pipeline/ppo/core.py", "pipeline/ppo/rollout.py")
 # the code of each feature, by the PPOConfig switches that turn it on. A module listed here is
 # that feature's alone unless our trainer's own loop imports it for plain PPO too (SHARED_PPO).
 FEATURE_MODULES: dict[tuple[str, ...], tuple[str, ...]] = {

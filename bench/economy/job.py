@@ -136,7 +136,7 @@ def run_job(setup: dict, out: Path, arm_name: str, seed: int | None) -> dict:
 
             sample_economy = summarize(probe.path, cost)
     else:
-        from rlhf.pipeline.ppo.samplers import load_prompts
+        from rlhf.pipeline.samplers import load_prompts
 
         from .peers import train_peer
 

@@ -115,7 +115,7 @@ def train_peer(kind: str, cfg, policy: Path, reward: Path, prompts: list[tuple[s
     import torch
     from datasets import Dataset
     from rlhf.pipeline.models.policy import quiet_hf, quiet_trainer
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.models.text import format_prompt
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 

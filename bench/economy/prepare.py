@@ -141,10 +141,10 @@ def tier_inputs(args, inputs: Path, strong: Path | None, feature_hashes: dict) -
         elif not path.is_file():
             from rlhf.pipeline.decode import Sampling
             from rlhf.pipeline.models.policy import load_policy
-            from rlhf.pipeline.ppo.samplers import load_prompts
             from rlhf.pipeline.reward import load_ensemble
             from rlhf.pipeline.reward.onpolicy import onpolicy_set
             from rlhf.pipeline.reward.score_map import ScoreMap
+            from rlhf.pipeline.samplers import load_prompts
 
             rcfg, ppo = load_config(args.params, "reward"), load_config(args.params, "ppo")
             smp = Sampling(ppo.temperature, ppo.top_p, ppo.max_new_tokens)

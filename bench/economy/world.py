@@ -2,7 +2,7 @@
 
 A word-level tokenizer over a few dozen words, a 2-layer LlamaForCausalLM (hidden 32) as the SFT
 policy, a 2-layer LlamaForSequenceClassification as the light RM (a plain checkpoint folder, which
-`rlhf.pipeline.ppo.scoring.load_scorer` reads), training prompts as JSONL (the trainer reads them
+`rlhf.pipeline.models.scoring.load_scorer` reads), training prompts as JSONL (the trainer reads them
 like the full run's artifacts/store/pool) and held-out prompts as JSON. Nothing is trained: the
 point is that every path of the harness runs, with real token counts and real gold scores (the
 world's gold judge scores length and repetition of any text).

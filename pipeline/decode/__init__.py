@@ -12,7 +12,7 @@ nothing outside imports them, and nothing here imports the trainer or a stage).
 | --- | --- |
 | `sampling.py` | `Sampling`, `top_p_sample` (the nucleus, drawn exactly) |
 | `tokens.py` | `encode_prompts`, `cut_at_eos`, `pad_responses`, `position_ids` |
-| `logprobs.py` | `response_logits`, `token_logprobs`, `token_entropy` (the trainer's definition) |
+| `logprobs.py` | `response_logits`, `token_logprobs`, `token_entropy`, `full_kl` (the trainer's definitions) |
 | `protocol.py` | `Generator`, `Generated` |
 | `hf.py` | `HFGenerator`, `generate` (`model.generate` with our settings) |
 | `native.py` | `NativeGenerator`, `native_generate`, `prefill` |
@@ -35,7 +35,7 @@ from rlhf.pipeline.decode.engines import ENGINES, get_drafter, get_generator, re
 from rlhf.pipeline.decode.hf import HFGenerator, generate
 from rlhf.pipeline.decode.llama_step import FastDecoder
 from rlhf.pipeline.decode.logprob_guard import LogprobGuard, LogprobMismatch
-from rlhf.pipeline.decode.logprobs import response_logits, token_entropy, token_logprobs
+from rlhf.pipeline.decode.logprobs import full_kl, response_logits, token_entropy, token_logprobs
 from rlhf.pipeline.decode.native import NativeGenerator, native_generate, prefill
 from rlhf.pipeline.decode.protocol import Generated, Generator
 from rlhf.pipeline.decode.sampling import Sampling, top_p_sample
@@ -47,8 +47,8 @@ __all__ = [
     "DRAFTS", "DraftContext", "DraftedGenerator", "Drafter", "ENGINES", "FastDecoder", "Generated",
     "Generator", "HFGenerator", "LogprobGuard", "LogprobMismatch", "LookupDrafter", "ModelDrafter",
     "NativeGenerator", "ReuseDrafter", "Sampling", "StaticGenerator", "StaticStats",
-    "StepSampling", "cut_at_eos", "drafted_generate", "draw", "encode_prompts", "generate",
-    "get_drafter", "get_generator", "native_generate", "pad_responses", "position_ids", "prefill",
-    "resolve", "resolve_engine", "response_logits", "static_path", "token_entropy",
-    "token_logprobs", "top_p_sample", "warp", "warp_draw",
+    "StepSampling", "cut_at_eos", "drafted_generate", "draw", "encode_prompts", "full_kl",
+    "generate", "get_drafter", "get_generator", "native_generate", "pad_responses",
+    "position_ids", "prefill", "resolve", "resolve_engine", "response_logits", "static_path",
+    "token_entropy", "token_logprobs", "top_p_sample", "warp", "warp_draw",
 ]

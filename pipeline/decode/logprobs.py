@@ -1,7 +1,7 @@
-"""The trainer's log-probability definition, shared by every sampling stage: log-probabilities
-and entropies come from **full-vocabulary** distributions (seed 000 §5.4) of the logits divided
-by the sampling temperature (the distribution actually sampled), over the response positions of
-a left-padded prompt followed by its right-padded response.
+"""The trainer's log-probability definition, shared by every sampling stage: log-probabilities,
+entropies and the exact KL to a reference come from **full-vocabulary** distributions (seed 000
+§5.4) of the logits divided by the sampling temperature (the distribution actually sampled), over
+the response positions of a left-padded prompt followed by its right-padded response.
 
     python -c "from rlhf.pipeline.decode import token_logprobs; help(token_logprobs)"
 """
@@ -35,3 +35,16 @@ def token_entropy(logits):
     from trl.trainer.utils import entropy_from_logits
 
     return entropy_from_logits(logits)
+
+
+def full_kl(logits, ref_logits):
+    """[B, T] exact KL(pi || ref) = sum_v p_v (log p_v - log q_v) over the whole vocabulary."""
+    import torch
+
+    if logits.shape[-1] != ref_logits.shape[-1]:
+        raise ValueError(
+            f"policy and reference vocabularies differ ({logits.shape[-1]} vs "
+            f"{ref_logits.shape[-1]}); the KL needs both full distributions (seed 000 §5.4)")
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logq = torch.log_softmax(ref_logits.float(), dim=-1)
+    return (logp.exp() * (logp - logq)).sum(-1)

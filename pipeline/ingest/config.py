@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhf.pipeline import ranges
 from rlhf.store.schemas import SOURCE_TYPES
 
 
@@ -66,16 +67,11 @@ class IngestConfig:
         if unknown:
             raise ValueError(f"required_provenance: unknown source type(s) {sorted(unknown)}; "
                              f"trusted types are {list(SOURCE_TYPES)}")
-        if not 0.0 <= self.min_preference <= 1.0:
-            raise ValueError("min_preference must be in [0, 1]")
-        if min(self.max_tokens, self.max_chars, self.max_line_bytes, self.batch_rows,
-               self.rows_per_shard) < 1:
-            raise ValueError("max_tokens, max_chars, max_line_bytes, batch_rows and "
-                             "rows_per_shard must be >= 1")
-        if not 1 <= self.phone_intl_min_digits <= self.phone_max_digits:
-            raise ValueError("need 1 <= phone_intl_min_digits <= phone_max_digits")
-        if not 1 <= self.phone_min_digits <= self.phone_max_digits:
-            raise ValueError("need 1 <= phone_min_digits <= phone_max_digits")
+        ranges.check_fields("ingest", self)
+        if not self.phone_intl_min_digits <= self.phone_max_digits:
+            raise ValueError("need phone_intl_min_digits <= phone_max_digits")
+        if not self.phone_min_digits <= self.phone_max_digits:
+            raise ValueError("need phone_min_digits <= phone_max_digits")
 
 
 class IngestError(ValueError):

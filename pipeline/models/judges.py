@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from rlhf.pipeline import ranges
 from rlhf.pipeline.reward.train import RmTrainConfig
 
 KINDS = ("world_gold", "heldout_rm", "rm")
@@ -50,8 +51,7 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {list(KINDS)}, got {self.kind!r}")
-        if self.batch_size < 1 or self.max_length < 1:
-            raise ValueError("batch_size and max_length must be >= 1")
+        ranges.check_fields("judge", self)
 
 
 @runtime_checkable

@@ -28,9 +28,7 @@ class LoraConfig:
     def __post_init__(self) -> None:
         if isinstance(self.target_modules, list):  # YAML gives lists
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        for name, spec in ranges.of(type(self)).items():
-            if (msg := ranges.check("lora", name, getattr(self, name), spec)):
-                raise ValueError(msg)
+        ranges.check_fields("lora", self)
         if not self.target_modules:
             raise ValueError("lora.target_modules must name at least one module (or all-linear)")
 

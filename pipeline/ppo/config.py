@@ -140,9 +140,7 @@ class PPOCore:
                 object.__setattr__(self, f.name, _tuples(value))
             elif isinstance(value, dict) and is_dataclass(f.default):  # a block from JSON (asdict)
                 object.__setattr__(self, f.name, type(f.default)(**value))
-        for name, spec in ranges.of(type(self)).items():
-            if (msg := ranges.check("ppo", name, getattr(self, name), spec)):
-                raise ConfigError(msg)
+        ranges.check_fields("ppo", self, ConfigError)
         self._check_batches()
         if self.lora.enabled and self.sharding != "none":
             raise ConfigError("ppo.lora with ppo.sharding zero3 is not supported: use sharding "

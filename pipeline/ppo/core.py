@@ -193,13 +193,3 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = 
         return torch.expm1(log_r) - log_r
     raise ValueError(f"unknown KL estimator {kind!r}; use 'k1', 'k2', 'k3' or the exact 'full'")
 
-
-def full_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
-    """[B, T] exact KL(pi || ref) = sum_v p_v (log p_v - log q_v) over the whole vocabulary."""
-    if logits.shape[-1] != ref_logits.shape[-1]:
-        raise ValueError(
-            f"policy and reference vocabularies differ ({logits.shape[-1]} vs "
-            f"{ref_logits.shape[-1]}); the KL needs both full distributions (seed 000 §5.4)")
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    logq = torch.log_softmax(ref_logits.float(), dim=-1)
-    return (logp.exp() * (logp - logq)).sum(-1)

@@ -17,10 +17,10 @@ Definitions (the seed states the ideas, these are the precise versions):
   low). Per-position RM attribution is the *prefix-score increment*: the RM's score of the prefix
   ending at response token t minus that of the prefix ending at t-1 (a sequence-classification
   RM computes a score at every position in the same forward pass that scores the whole
-  sequence, so this costs nothing extra; `ppo.scoring.HFScorer.token_scores` reads it). An
+  sequence, so this costs nothing extra; `models.scoring.HFScorer.token_scores` reads it). An
   encoder RM (MiniLM/BERT, the default light RM) has no prefix scores: its increments are
   gradient x input attributions of its tokens, mapped onto the policy's tokens by character
-  (`ppo.scoring.attribution_scores`, one extra backward pass of the RM). Within each
+  (`models.scoring.attribution_scores`, one extra backward pass of the RM). Within each
   sequence, response tokens whose increment is in the top `weight_frac` get `weight_high`, the
   bottom `weight_frac` get `weight_low`, all others (and prompt tokens) 1.0. The weights scale
   attention to those keys: log(w) is added to the attention logits, so after the softmax a key

@@ -22,6 +22,7 @@ from rlhf.pipeline.decode import (
     get_generator,
     pad_responses,
     resolve_engine,
+    full_kl,
     response_logits,
     token_entropy,
     token_logprobs,
@@ -223,7 +224,7 @@ def forward_logprobs(policy, ref, r: Rollout, cfg, cost=None, guard=None) -> Non
         core.check_full_distribution(torch.log_softmax(logits[:1], -1), logits.shape[-1])
     r.ref_logprobs = token_logprobs(ref_logits, r.response)
     if cfg.kl_estimator == "full":
-        kl = core.full_kl(logits, ref_logits)  # §5.4: exact, over the whole vocabulary
+        kl = full_kl(logits, ref_logits)  # §5.4: exact, over the whole vocabulary
     else:
         kl = core.kl_estimate(r.logprobs, r.ref_logprobs, cfg.kl_estimator)
     r.kl = kl * r.response_mask

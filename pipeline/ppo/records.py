@@ -19,9 +19,9 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from rlhf.pipeline.models.scoring import scorer_identity
 from rlhf.pipeline.ppo import wallclock
 from rlhf.pipeline.ppo.diagnostics import SUGGESTION_TEXT
-from rlhf.pipeline.ppo.scoring import scorer_identity
 from rlhf.store.hashing import content_hash, response_key
 from rlhf.store.io import remove_partials, write_shard
 from rlhf.store.rollouts import StepShardWriter, run_folder

@@ -19,9 +19,9 @@ uses goes to the `rm_scores` table (light RM, and the strong RM's for escalated 
 writer and layout; every saved checkpoint gets a row in the `checkpoints` table folder
 --checkpoint-table when one is given (what `rlhf audit lineage` walks).
 
-The loop (`PPOTrainer.step`) reads top to bottom; each phase is a module of this package:
-samplers.py (prompts, batches) -> hooks.py (prompt gates, generation hooks, post-scoring hooks,
-observers: the rollout seam) -> generate.py (sampling, fallbacks, log-probs, KL) -> tiers.py
+The loop (`PPOTrainer.step`) reads top to bottom; each phase is a module of this package (the
+prompts and batches come from pipeline/samplers.py): hooks.py (prompt gates, generation hooks,
+post-scoring hooks, observers: the rollout seam) -> generate.py (sampling, fallbacks, log-probs, KL) -> tiers.py
 (Level 1 light RM, Level 2 escalation) -> update.py (critic values, GAE, PPO epochs) ->
 accounting.py (what the step cost) -> records.py (metrics, events, store rows) -> checkpoint.py.
 
@@ -57,11 +57,10 @@ from rlhf.pipeline.ppo.hooks import RolloutContext, RolloutHooks
 from rlhf.pipeline.ppo.records import Recorder
 from rlhf.pipeline.ppo.rollout import Rollout
 from rlhf.store.io import write_text_atomic
-from rlhf.pipeline.ppo.samplers import (PromptSampler, StratifiedPromptSampler, load_prompts,
-                                        strata)
 from rlhf.pipeline.ppo.schedules import KLController
 from rlhf.pipeline.ppo.scoring import score_level1
 from rlhf.pipeline.ppo.update import Learner
+from rlhf.pipeline.samplers import PromptSampler, StratifiedPromptSampler, load_prompts, strata
 from rlhf.store.hashing import content_hash, keys_for
 
 
@@ -388,7 +387,7 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     """Load the policy, reference, tokenizer and reward model(s) from disk and run PPO.
 
     `reward_path`: an RM folder, or a reward function or server spec (`python:file.py:function`,
-    `http://host:port/path`: code_rewards.py).
+    `http://host:port/path`: pipeline/models/code_rewards.py).
 
     With `difficulty` (a `difficulty` table folder) batches come from the stratified sampler
     over difficulty bucket x topic cluster; without it, from uniformly shuffled epochs.
@@ -408,8 +407,9 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.models.policy import set_threads
-    from rlhf.pipeline.ppo.code_rewards import ServerScorer, check_features
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.code_rewards import ServerScorer
+    from rlhf.pipeline.models.scoring import load_scorer
+    from rlhf.pipeline.ppo.scoring import check_features
 
     check_features(cfg, reward_path)  # a reward that is code: no feature reads an RM's insides
     set_threads()  # $RLHF_TORCH_THREADS, like every stage (policy.set_threads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlhf.pipeline import ranges
 from rlhf.store.hashing import hashed_split
 
 
@@ -48,14 +49,11 @@ class PreferencesConfig:
     include_oasst: bool = True
 
     def __post_init__(self):
-        if self.k < 3:
-            raise ValueError("k must be >= 3 (seed 000 §3.4: at least 3 responses per prompt)")
-        if not 0.0 <= self.heldout_fraction < 1.0 or not 0.0 <= self.hh_heldout_fraction < 1.0:
-            raise ValueError("held-out fractions must be in [0, 1)")
+        ranges.check_fields("preferences", self)
         if self.labels not in ("annotators", "human"):
             raise ValueError("labels must be 'annotators' or 'human'")
-        if not 0.0 <= self.gold_fraction < 1.0 or self.gold_fraction + self.heldout_fraction >= 1:
-            raise ValueError("gold_fraction must be in [0, 1) and leave room for training "
+        if self.gold_fraction + self.heldout_fraction >= 1:
+            raise ValueError("gold_fraction must leave room for training "
                              "(gold_fraction + heldout_fraction < 1)")
 
 

@@ -21,6 +21,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlhf.pipeline import ranges
+
 
 def _default_source_mix() -> dict[str, float]:
     return {"human": 0.3, "user_query": 0.5, "open_dataset": 0.2}
@@ -60,22 +62,13 @@ class WorldConfig:
         from rlhf.pipeline.world.demos import QUALITIES
         from rlhf.pipeline.world.sources import FILES
 
-        if self.n_prompts < 1 or self.n_demos < 1:
-            raise ValueError("n_prompts and n_demos must be >= 1")
-        for name in ("defect_rate", "exact_dup_rate", "paraphrase_rate"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1)")
+        ranges.check_fields("world", self)
         if self.defect_rate + self.exact_dup_rate + self.paraphrase_rate >= 1.0:
             raise ValueError("defect_rate + exact_dup_rate + paraphrase_rate must be < 1")
-        if set(self.source_mix) != set(FILES) or min(self.source_mix.values()) < 0 \
-                or sum(self.source_mix.values()) <= 0:
+        if set(self.source_mix) != set(FILES) or sum(self.source_mix.values()) <= 0:
             raise ValueError(f"source_mix needs non-negative weights for exactly {list(FILES)}")
         if set(self.demo_mix) - set(QUALITIES) or sum(self.demo_mix.values()) <= 0:
             raise ValueError(f"demo_mix keys must be among {list(QUALITIES)}")
-        if not 300 <= self.tokenizer_vocab <= 50000:
-            raise ValueError("tokenizer_vocab must be in [300, 50000]")
-        if self.long_prompt_words < 300:
-            raise ValueError("long_prompt_words must be >= 300")
 
 
 def _write_jsonl(path: Path, lines: list[bytes]) -> None:

@@ -35,7 +35,7 @@ class DynamicSampling(HookBase):
     name = "dynamic_sampling"
 
     def __init__(self, cfg, prompts: list[tuple[str, str]], pad_id: int):
-        from rlhf.pipeline.ppo.samplers import PromptSampler
+        from rlhf.pipeline.samplers import PromptSampler
 
         self.k, self.rounds, self.pad_id = cfg.group_size, cfg.dynamic_sampling_rounds, pad_id
         self.sampler = PromptSampler(prompts, cfg.seed * 7919 + 17)

@@ -10,7 +10,7 @@ from rlhf.pipeline.ppo.features.registry import Input, register_input
 
 def _strong(ctx, path: Path):
     """The strong RM in the ppo stage's device and dtype, as the light one (`ctx.compute`)."""
-    from rlhf.pipeline.ppo.scoring import load_scorer
+    from rlhf.pipeline.models.scoring import load_scorer
 
     return load_scorer(path, name="strong_rm", compute=ctx.compute)
 

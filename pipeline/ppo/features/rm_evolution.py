@@ -34,7 +34,7 @@ import torch
 from rlhf.pipeline.ppo.features.registry import ConfigField, Feature, register
 from rlhf.pipeline.ppo.hooks import HookBase
 from rlhf.pipeline.ppo.accounting import StepCost, rm_tokens
-from rlhf.pipeline.ppo.scoring import scorer_identity
+from rlhf.pipeline.models.scoring import scorer_identity
 from rlhf.pipeline.ranges import COUNT, FRACTION_LT1, Range
 
 

@@ -1,2 +1,2 @@
 """Rule-based rewards that ship with the pipeline: functions `rlhf ppo --reward python:...` calls
-(pipeline/ppo/code_rewards.py), each with the prompts of the task it verifies."""
+(pipeline/models/code_rewards.py), each with the prompts of the task it verifies."""

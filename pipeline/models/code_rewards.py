@@ -21,14 +21,15 @@ an HTTP server. `scoring.load_scorer` reads the `rlhf ppo --reward` spec and com
   connect or gets a 5xx / 429 is retried with exponential backoff.
 
 A row the reward did not score earns none: it leaves the update like a fallback rollout and the
-store keeps a null reward with scorer "unscored" (records.py). Anything else (an exception, a
-wrong type, length or shape, NaN, a server that keeps failing) is a `RewardError`: one line
-naming the function or URL, never a silent zero. Such a reward has no confidence (1.0), no
-per-token scores and no weights, so the features that read those refuse it at start
-(`check_features`). Its calls and tokens (whitespace words: it has no tokenizer of ours) count
-in `StepCost` as the light RM's; the `rollouts` and `rm_scores` rows name it in `rm_version`.
+store keeps a null reward with scorer "unscored" (pipeline/ppo/records.py). Anything else (an
+exception, a wrong type, length or shape, NaN, a server that keeps failing) is a `RewardError`:
+one line naming the function or URL, never a silent zero. Such a reward has no confidence (1.0),
+no per-token scores and no weights, so the features that read those refuse it at start
+(`check_features`, pipeline/ppo/scoring.py). Its calls and tokens (whitespace words: it has no
+tokenizer of ours) count in `StepCost` as the light RM's; the `rollouts` and `rm_scores` rows
+name it in `rm_version`.
 
-    python -c "from rlhf.pipeline.ppo.code_rewards import load; \
+    python -c "from rlhf.pipeline.models.code_rewards import load; \
 s = load('python:rlhf.pipeline.reward.rules.arithmetic:score'); \
 print(s.score(['What is 3 + 4?'], ['7']))"
 """
@@ -55,13 +56,6 @@ PYTHON, HTTP = "python:", ("http://", "https://")
 # stale for every run): OpenRLHF's client waits 180 s and tries 5 times, 1 s apart; we wait
 # less per try and back off (1, 2, 4 s) so a restarting server gets time to come back.
 TIMEOUT_S, RETRIES, BACKOFF_S = 60.0, 3, 1.0
-# Features that read an RM's insides (feature name -> what it reads), refused with a reward that
-# is code or a server: its confidence (Level 2's trigger, the gate), per-token scores (the light
-# critic's reward-aware attention), its weights (RM evolution fine-tunes them).
-NEEDS_RM = {"escalation": "the light RM's confidence and a strong-to-light score map",
-            "human_queue": "Level-2 escalation (the light RM's confidence)",
-            "rm_evolution": "the light RM's confidence and weights (it fine-tunes them)",
-            "reward_attention": "the RM's per-token scores"}
 
 
 class RewardError(ValueError):
@@ -74,22 +68,6 @@ def kind(spec: str | Path) -> str:
     if text.startswith(PYTHON):
         return "python"
     return "http" if text.startswith(HTTP) else "folder"
-
-
-def check_features(cfg, spec: str | Path) -> None:
-    """A ValueError (one line) when a feature that reads an RM's insides is on while the reward
-    `spec` is code or a server; nothing for a folder."""
-    what = kind(spec)
-    if what == "folder":
-        return
-    from rlhf.pipeline.ppo.features import registry
-
-    for f in registry.on(cfg):
-        if f.name in NEEDS_RM:
-            keys = [k for k, v in f.switches.items() if getattr(cfg, k) != v] or list(f.switches)
-            raise ValueError(f"--reward {spec}: ppo.{keys[0]} ({f.name}) needs {NEEDS_RM[f.name]}, "
-                             f"which a reward {'function' if what == 'python' else 'server'} "
-                             "does not have; switch it off or give a reward model folder")
 
 
 def load(spec: str | Path):

@@ -1,11 +1,12 @@
-"""Where PPO's prompts come from: the prompt list, and the samplers that draw each step's batch.
+"""Where PPO's prompts come from: the prompt list, and the samplers that draw each step's batch
+(the difficulty stage reports the stratified sampler's coverage; the trainer draws from them).
 
 `PromptSampler`: deterministic shuffled epochs. `StratifiedSampler` (pure, numpy only): batches
 that cover every difficulty bucket and topic cluster (seed 000 §3.1 prompt diversity, §4.2),
 built from the `difficulty` table by `StratifiedPromptSampler`. Every sampler's state is small
 JSON that goes into the checkpoint, so a resumed run draws the same batches.
 
-    python -c "from rlhf.pipeline.ppo.samplers import StratifiedSampler as S; \
+    python -c "from rlhf.pipeline.samplers import StratifiedSampler as S; \
 print(S(list('abcdef'), ['low', 'mid', 'high'] * 2, [0, 1, 0, 1, 0, 1], 3).next_batch())"
 """
 
