@@ -21,9 +21,10 @@ writer and layout; every saved checkpoint gets a row in the `checkpoints` table 
 
 The loop (`PPOTrainer.step`) reads top to bottom; each phase is a module of this package (the
 prompts and batches come from pipeline/samplers.py): hooks.py (prompt gates, generation hooks,
-post-scoring hooks, observers: the rollout seam) -> generate.py (sampling, fallbacks, log-probs, KL) -> tiers.py
-(Level 1 light RM, Level 2 escalation) -> update.py (critic values, GAE, PPO epochs) ->
-accounting.py (what the step cost) -> records.py (metrics, events, store rows) -> checkpoint.py.
+post-scoring hooks, observers: the rollout seam) -> generate.py (sampling, fallbacks, log-probs,
+KL) -> scoring.py (Level 1: the light RM) -> features/tiers.py (Level 2 escalation, a
+post-scoring hook) -> update.py (critic values, GAE, PPO epochs) -> accounting.py (what the step
+cost) -> records.py (metrics, events, store rows) -> checkpoint.py.
 
 Tiers (seed 001 §4.1): every rollout is scored by the light RM (Level 1, tier 1); with a strong
 RM (--strong-reward) and `ppo.escalate_below` > 0, a valid rollout whose light-RM confidence is
