@@ -41,9 +41,9 @@ def _rlhf() -> str:
 def _env() -> dict:
     import os
 
-    # RLHF_RM_WORKERS: the reward stage's members in 2 processes, as `make run` trains them
+    # RLHF_WORKERS: the reward stage's members and rollouts in 2 processes, as `make run` runs them
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-                RLHF_RM_WORKERS="2",
+                RLHF_WORKERS="2",
                 TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 PYTHONHASHSEED="0")
 
