@@ -18,10 +18,12 @@ unexport PYTHONDONTWRITEBYTECODE
 # made with one, so `make run` on a clean clone of a machine like ours leaves `git status` clean
 # (docs/reliability.md). `make run RLHF_TORCH_THREADS=0` takes every core: faster, other bytes.
 export RLHF_TORCH_THREADS ?= 1
-# ... and the reward stage trains its strong members in one process per core (0), each at that one
-# thread: byte-identical members, both cores busy (pipeline/reward/ensemble.py). Unset (the test
-# suite, whose two workers already share the cores) or 1: inline.
-export RLHF_RM_WORKERS ?= 0
+# ... and a stage's independent, self-seeded jobs run in one process per core (0), each at that
+# one thread: the reward stage's strong members and its distillation rollouts (drawn while the
+# members train), eval's policies; byte-identical to the inline run, both cores busy
+# (pipeline/workers.py). Unset (the test suite, whose two workers already share the cores) or 1:
+# inline.
+export RLHF_WORKERS ?= 0
 
 .PHONY: run report test test-fast setup lock lint clean bench bench-all
 

@@ -1,7 +1,7 @@
 """Which distilled light RM for the embedded default: light-vs-strong Spearman, size and speed.
 
 Distils one light RM per variant from the strong ensemble the reward stage saved, on the
-stage's own distillation set (`reward.stage.distill_set`: SFT rollouts and topic demonstrations
+stage's own distillation set (`reward.distill.distill_set`: SFT rollouts and topic demonstrations
 of the pool's ppo-split prompts plus the training rankings, labelled by the strong RM) through
 the stage's own `build_light` / `distill`, and measures what the stage reports: Spearman against
 the strong RM on fresh samples of unseen prompts (seed 001 §5.1 / §4.2: the seed's light RM
@@ -46,11 +46,11 @@ def main() -> None:
     import torch
     from rlhf.pipeline.config import load_config
     from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
-    from rlhf.pipeline.reward.distill import build_light, distill
+    from rlhf.pipeline.reward.distill import build_light, distill, distill_set
     from rlhf.pipeline.reward.onpolicy import spearman
     from rlhf.pipeline.reward.report import fresh_samples
     from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts, load_ensemble
-    from rlhf.pipeline.reward.stage import distill_set, eval_prompts_of
+    from rlhf.pipeline.reward.stage import eval_prompts_of
     from rlhf.store.io import read_table
 
     quiet_hf()

@@ -207,7 +207,39 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
              compute=None) -> tuple[list[dict], list[dict]]:
     """(curve rows, sample rows): every policy sampled on every prompt and scored; `judge` a
     pipeline/models/judges.Judge (None: the world's gold judge); `compute` the models' device and dtype
-    (pipeline/models/compute.py; None: the CPU, as before)."""
+    (pipeline/models/compute.py; None: the CPU, as before). Where cores allow
+    (pipeline/workers.py: `make run`, one process per core), this process and spawned workers
+    share the policies: a batch's seed is (seed, batch) whichever policy and process samples it,
+    so the rows are the inline run's (tests/test_eval.py)."""
+    from rlhf.pipeline.progress import bar
+    from rlhf.pipeline.workers import worker_count, worker_pool
+
+    policies = [(0, None)] + checkpoint_steps(ppo_dir, cfg.checkpoints)
+    ids, texts = [p[0] for p in prompts], [p[1] for p in prompts]
+    args = (light_rm, strong_rm, texts, temperature, top_p)
+    n = worker_count(len(policies))  # processes, this one included: each takes every n-th policy
+    shares = [policies[i::n] for i in range(n)]
+    with (bar(f"eval: sampling {len(policies)} policies", len(policies) * len(texts), "prompts")
+          if progress else nullcontext(lambda k: None)) as advance, \
+            worker_pool(len(policies), beside_stage=True) as workers:
+        jobs = [workers.submit(score_policies, cfg, sft_path, share, *args, None, judge, compute)
+                for share in shares[1:]] if workers is not None else []
+        scored = [score_policies(cfg, sft_path, shares[0], *args, advance, judge, compute)]
+        for job, share in zip(jobs, shares[1:]):
+            scored.append(job.result())
+            advance(len(share) * len(texts))
+    # back in policy order: share i holds policies i, i + n, i + 2n, ...
+    in_order = [scored[k % n][k // n] for k in range(len(policies))]
+    return _rows(policies, ids, texts, in_order)
+
+
+def score_policies(cfg: EvalConfig, sft_path: str | Path, policies: list[tuple[int, Path | None]],
+                   light_rm: str | Path, strong_rm: str | Path, texts: list[str],
+                   temperature: float, top_p: float, advance=None, judge=None,
+                   compute=None) -> list[tuple]:
+    """Each of `policies` ((step, checkpoint folder; None: the SFT policy)) sampled on `texts`
+    and scored: (sample_with_kl's outputs, judge scores, {light_rm, strong_rm: scores},
+    repetition rates) per policy. The inline loop, or a worker's job of one policy."""
     import torch
     from rlhf.pipeline.models.judges import WorldGoldJudge, score_all
     from rlhf.pipeline.models.policy import load_policy
@@ -219,37 +251,40 @@ def evaluate(cfg: EvalConfig, sft_path: str | Path, ppo_dir: str | Path, light_r
     ref.requires_grad_(False)
     scorers = {"light_rm": load_scorer(light_rm, compute=compute),
                "strong_rm": load_scorer(strong_rm, compute=compute)}
-    policies = [(0, None)] + checkpoint_steps(ppo_dir, cfg.checkpoints)
-    ids, texts = [p[0] for p in prompts], [p[1] for p in prompts]
-    curves, samples, sft_gold = [], [], None
-    from rlhf.pipeline.progress import bar
+    scored = []
+    for _, folder in policies:
+        model = ref if folder is None else load_checkpoint_policy(sft_path, folder, compute)
+        outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
+        responses = [o["response"] for o in outs]
+        gold = score_all(judge, texts, responses)
+        rm = {k: _score(s, texts, responses, cfg.batch_size) for k, s in scorers.items()}
+        rep = [repetition_rate(r, cfg.repetition_ngram) for r in responses]
+        scored.append((outs, gold, rm, rep))
+        if folder is not None:
+            del model
+        torch.manual_seed(cfg.seed)
+    return scored
 
-    with bar(f"eval: sampling {len(policies)} policies", len(policies) * len(texts),
-             "prompts") if progress else nullcontext(lambda k: None) as advance:
-        for step, folder in policies:
-            model = ref if folder is None else load_checkpoint_policy(sft_path, folder, compute)
-            outs = sample_with_kl(model, ref, tok, texts, cfg, temperature, top_p, advance)
-            responses = [o["response"] for o in outs]
-            gold = score_all(judge, texts, responses)
-            rm = {k: _score(s, texts, responses, cfg.batch_size) for k, s in scorers.items()}
-            rep = [repetition_rate(r, cfg.repetition_ngram) for r in responses]
-            sft_gold = gold if step == 0 else sft_gold
-            kl_mean = _mean(o["kl"] for o in outs)
-            curves.append({
-                "step": step, "sqrt_kl": math.sqrt(kl_mean), "kl_mean": kl_mean,
-                "gold_mean": _mean(gold), "light_rm_mean": _mean(rm["light_rm"]),
-                "strong_rm_mean": _mean(rm["strong_rm"]), "win_rate": win_rate(gold, sft_gold),
-                "response_tokens_mean": _mean(o["n_tokens"] for o in outs),
-                "repetition_rate": _mean(rep)})
-            samples += [{"step": step, "prompt_id": pid, "prompt": p, "response": o["response"],
-                         "n_tokens": o["n_tokens"], "kl": round(o["kl"], 6),
-                         "gold": round(g, 6), "light_rm": round(lr, 6),
-                         "strong_rm": round(sr, 6), "repetition": round(rr, 6)}
-                        for pid, p, o, g, lr, sr, rr in zip(ids, texts, outs, gold,
-                                                            rm["light_rm"], rm["strong_rm"], rep)]
-            if folder is not None:
-                del model
-            torch.manual_seed(cfg.seed)
+
+def _rows(policies: list[tuple[int, Path | None]], ids: list[str], texts: list[str],
+          scored: list[tuple]) -> tuple[list[dict], list[dict]]:
+    """(curve rows, sample rows) of `score_policies`' results, policy by policy; the win rate
+    is against the first policy's (SFT's) judge scores."""
+    curves, samples, sft_gold = [], [], scored[0][1]
+    for (step, _), (outs, gold, rm, rep) in zip(policies, scored, strict=True):
+        kl_mean = _mean(o["kl"] for o in outs)
+        curves.append({
+            "step": step, "sqrt_kl": math.sqrt(kl_mean), "kl_mean": kl_mean,
+            "gold_mean": _mean(gold), "light_rm_mean": _mean(rm["light_rm"]),
+            "strong_rm_mean": _mean(rm["strong_rm"]), "win_rate": win_rate(gold, sft_gold),
+            "response_tokens_mean": _mean(o["n_tokens"] for o in outs),
+            "repetition_rate": _mean(rep)})
+        samples += [{"step": step, "prompt_id": pid, "prompt": p, "response": o["response"],
+                     "n_tokens": o["n_tokens"], "kl": round(o["kl"], 6),
+                     "gold": round(g, 6), "light_rm": round(lr, 6),
+                     "strong_rm": round(sr, 6), "repetition": round(rr, 6)}
+                    for pid, p, o, g, lr, sr, rr in zip(ids, texts, outs, gold,
+                                                        rm["light_rm"], rm["strong_rm"], rep)]
     return curves, samples
 
 

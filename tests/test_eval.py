@@ -218,3 +218,23 @@ def test_prompt_cap_is_a_seeded_subset(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="no held-out prompts"):
         load_eval_prompts(tmp_path / "empty.jsonl")
+
+
+@pytest.mark.slow  # spawned workers: a torch import each
+@pytest.mark.usefixtures("one_torch_thread")  # as the stage (quiet_hf) and its workers run
+def test_policies_evaluated_in_workers_equal_the_inline_ones(tmp_path, monkeypatch):
+    """`make run` (RLHF_WORKERS=0) samples and scores the policies in one process per core:
+    every curve and sample row equals the inline run's, exactly."""
+    from rlhf.pipeline.eval import evaluate, load_eval_prompts
+
+    paths, ppo = _world(tmp_path)
+    cfg = EvalConfig(max_new_tokens=6, max_prompt_tokens=16, n_prompts=10, batch_size=4)
+    prompts = load_eval_prompts(paths["prompts"], cfg.n_prompts, cfg.seed)
+    runs = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("RLHF_WORKERS", workers)
+        runs[workers] = evaluate(cfg, paths["policy"], ppo, paths["reward"], paths["reward"],
+                                 prompts, temperature=0.8, top_p=1.0, progress=False)
+    curves, samples = runs["2"]
+    assert [c["step"] for c in curves] == [0, 2, 4] and len(samples) == 3 * 10
+    assert runs["2"] == runs["1"]

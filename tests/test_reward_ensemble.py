@@ -42,24 +42,13 @@ def test_members_trained_in_workers_equal_the_inline_ones(tiny, tmp_path, monkey
     init, tok, pairs = tiny
     digests = {}
     for workers in ("1", "2"):
-        monkeypatch.setenv("RLHF_RM_WORKERS", workers)
+        monkeypatch.setenv("RLHF_WORKERS", workers)
         out = tmp_path / f"w{workers}"
         logged: list[str] = []
         _, names = train_strong(_cfg(), str(init), tok, pairs, out, logged.append, "fp32",
                                 tmp_path / f"ckpt{workers}")
         assert names == ["member_0", "member_1"]
-        assert any("in 2 processes" in m for m in logged) == (workers == "2")
+        assert any("in worker processes" in m for m in logged) == (workers == "2")
         digests[workers] = [_weights_digest(out / n) for n in names]
     assert digests["1"] == digests["2"]
     assert digests["1"][0] != digests["1"][1]  # each member its own seed and bootstrap
-
-
-def test_member_workers_come_from_the_environment(monkeypatch):
-    from rlhf.pipeline.reward.ensemble import member_workers
-
-    monkeypatch.delenv("RLHF_RM_WORKERS", raising=False)
-    assert member_workers(3) == 1  # unset: inline (the test suite: its workers share the cores)
-    monkeypatch.setenv("RLHF_RM_WORKERS", "0")  # make run: one per core
-    assert 1 <= member_workers(3) <= 3 and member_workers(1) == 1
-    monkeypatch.setenv("RLHF_RM_WORKERS", "5")
-    assert member_workers(3) == 3

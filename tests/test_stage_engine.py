@@ -60,7 +60,8 @@ def test_reward_samples_through_its_engine(tiny, monkeypatch, engine, resolved):
     from rlhf.pipeline.models.policy import load_policy
     from rlhf.pipeline.reward import load_ensemble
     from rlhf.pipeline.reward.report import fresh_samples, onpolicy_figures
-    from rlhf.pipeline.reward.stage import RewardConfig, distill_set
+    from rlhf.pipeline.reward.distill import distill_set
+    from rlhf.pipeline.reward.stage import RewardConfig
 
     world, _ = tiny
     asked = []

@@ -64,6 +64,11 @@ def use_prompt_format(prompt_format: str) -> str:
     return previous
 
 
+def prompt_format() -> str:
+    """The format `render_*` calls use now (what a stage's worker processes are given)."""
+    return _prompt_format
+
+
 def templated(tokenizer) -> bool:
     """Whether texts for `tokenizer` are rendered with its chat template (`text.prompt_format`:
     template, or auto and the tokenizer has one); "template" without one is a ValueError."""

@@ -2,46 +2,32 @@
 bootstrap of the training prompts and its own seed, in worker processes where cores allow.
 
 At one torch thread per process (`make run`: RLHF_TORCH_THREADS=1) a member trains on one core,
-so `make run` (RLHF_RM_WORKERS=0) trains the members in one spawned process per core, each
-seeded inside the worker exactly as the inline path seeds it: a member's weights are
-byte-identical whichever process trained it (tests/test_reward_ensemble.py). Each worker saves its member as a kept model
-(reward/keep.py) and the stage loads it from there, as it loads a member an earlier, killed run
-kept.
+so `make run` (RLHF_WORKERS=0) trains the members in one spawned process per core
+(pipeline/workers.py), each seeded inside the worker exactly as the inline path seeds it: a
+member's weights are byte-identical whichever process trained it
+(tests/test_reward_ensemble.py). Each worker saves its member as a kept model (reward/keep.py)
+and the stage loads it from there, as it loads a member an earlier, killed run kept.
 
-    python -c "from rlhf.pipeline.reward.ensemble import member_workers; print(member_workers(3))"
+    python -c "from rlhf.pipeline.reward.ensemble import bootstrap; print(bootstrap([], 0))"
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import sys
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlhf.pipeline.reward.keep import checkpoints_of, fingerprint, keep, kept_or_trained, load_kept
+from rlhf.pipeline.reward.keep import fingerprint, keep, kept_or_trained, load_kept
+from rlhf.pipeline.workers import worker_pool
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
     from rlhf.pipeline.reward.stage import RewardConfig
-
-member_checkpoints = checkpoints_of  # the hidden sibling of the strong RM folder
-
-
-def member_workers(n_members: int) -> int:
-    """Processes that train members at once: $RLHF_RM_WORKERS, unset or 1 = none beside the
-    stage's own (inline), 0 = one per core this process may use, N = N; never more than
-    `n_members`. `make run` sets 0: its stages run one at a time at one torch thread, so the
-    second core is free. Where processes already share the cores (the test suite's two
-    workers), more processes only slow each other: there it stays unset (on this 2-core machine
-    under other load, 3 members at a quarter epoch took 95 s in 2 workers against 72 s inline)."""
-    env = os.environ.get("RLHF_RM_WORKERS", "").strip() or "1"
-    n = int(env)
-    if n == 0:
-        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(n or 1, n_members))
 
 
 def bootstrap(pairs: list[dict], seed: int) -> list[dict]:
@@ -92,23 +78,6 @@ def train_member(cfg: RewardConfig, i: int, init: str, tok, train_pairs: list[di
                     precision=precision)
 
 
-def _worker_init(parent: int) -> None:
-    """A worker trains at one torch thread and dies with the stage: a killed stage (the rerun
-    then trains the members not yet kept, reliability.md) leaves no worker training on."""
-    import torch
-    from rlhf.pipeline.models.policy import quiet_hf
-
-    quiet_hf()  # as the stage's own process: no library progress bars or load reports
-    torch.set_num_threads(1)
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the stage died before the line above took effect
-        os._exit(1)
-
-
 def _member_in_worker(cfg, i, init, tok, train_pairs, precision, checkpoints, inputs,
                       compute=None):
     """A spawned worker's job: train member `i` and keep it. -> its training history"""
@@ -117,32 +86,28 @@ def _member_in_worker(cfg, i, init, tok, train_pairs, precision, checkpoints, in
     return history
 
 
-def _train_in_workers(cfg: RewardConfig, todo: list[int], init: str, tok,
-                      train_pairs: list[dict], precision: str, checkpoints: Path,
+def _train_in_workers(pool: ProcessPoolExecutor, cfg: RewardConfig, todo: list[int], init: str,
+                      tok, train_pairs: list[dict], precision: str, checkpoints: Path,
                       members_fp: str, log, compute=None) -> dict[int, list]:
-    """Train members `todo` in `member_workers` spawned processes; each kept in `checkpoints`.
+    """Train members `todo` in `pool`'s worker processes; each kept in `checkpoints`.
     -> {member: training history}"""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    workers = member_workers(len(todo))
     log(f"training strong RM members {', '.join(str(i + 1) for i in todo)}/{cfg.n_ensemble} "
-        f"in {workers} processes")
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        jobs = {i: pool.submit(_member_in_worker, cfg, i, init, tok, train_pairs, precision,
-                               checkpoints, fingerprint([members_fp, f"member_{i}"]), compute)
-                for i in todo}
-        return {i: job.result() for i, job in jobs.items()}
+        f"in worker processes")
+    jobs = {i: pool.submit(_member_in_worker, cfg, i, init, tok, train_pairs, precision,
+                           checkpoints, fingerprint([members_fp, f"member_{i}"]), compute)
+            for i in todo}
+    return {i: job.result() for i, job in jobs.items()}
 
 
 def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], folder: Path,
                  log, precision: str = "fp32", checkpoints: Path | None = None,
-                 trackers=None, compute=None) -> tuple[list, list[str]]:
+                 trackers=None, compute=None,
+                 pool: ProcessPoolExecutor | None = None) -> tuple[list, list[str]]:
     """Step 2: the ensemble, each member on its own bootstrap and seed, saved under `folder`.
-    With `checkpoints` (member_checkpoints), each trained member is kept there too, and a member
+    With `checkpoints` (keep.checkpoints_of), each trained member is kept there too, and a member
     found there complete and trained from the same inputs is loaded, not retrained; the members
-    still to train then train in `member_workers` processes at once when that is more than 1."""
+    still to train then train in worker processes: `pool`'s, else those pipeline/workers.py
+    grants them (none: inline)."""
     members_fp = members_fingerprint(cfg, init, train_pairs, precision)
     histories: dict[int, list] = {}
     if checkpoints is not None:  # kept models of other inputs: cleared at once
@@ -154,9 +119,10 @@ def train_strong(cfg: RewardConfig, init: str, tok, train_pairs: list[dict], fol
         todo = [i for i in range(cfg.n_ensemble)
                 if load_kept(checkpoints, f"member_{i}",
                              fingerprint([members_fp, f"member_{i}"])) is None]
-        if member_workers(len(todo)) > 1:
-            histories = _train_in_workers(cfg, todo, init, tok, train_pairs, precision,
-                                          checkpoints, members_fp, log, compute)
+        with nullcontext(pool) if pool is not None else worker_pool(len(todo)) as workers:
+            if workers is not None and todo:
+                histories = _train_in_workers(workers, cfg, todo, init, tok, train_pairs,
+                                              precision, checkpoints, members_fp, log, compute)
     members, names = [], []
     for i in range(cfg.n_ensemble):
         name = f"member_{i}"

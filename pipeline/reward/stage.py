@@ -7,9 +7,10 @@
    (`reward.backbone`; `sft` = the SFT policy).
 2. References (each member's mean score of the SFT policy's responses) and the confidence
    temperature (fitted on one half of the held-out pairs); save `rm_strong` (scorer folder).
-3. Sample rollouts from the SFT policy on pool prompts, label them with the strong ensemble and
-   distil the light RM (seed 001 §4.2); save `rm_light`; fit the strong-to-light score map on
-   the rollouts and save it with `rm_strong`.
+3. Sample rollouts from the SFT policy on pool prompts (with worker processes, pipeline/
+   workers.py: in one of them while the members train), label them with the strong ensemble
+   and distil the light RM (seed 001 §4.2); save `rm_light`; fit the strong-to-light score map
+   on the rollouts and save it with `rm_strong`.
 4. Report (reward/report.py): held-out pairwise accuracy (vs the annotators and vs the gold
    judge), accuracy by confidence bin, annotator drift by time window, and (`external_rm`) an
    RM trained and tested on the hh-rlhf pairs (the file's own train/test split).
@@ -25,10 +26,8 @@ strong, the speed ratio, the hacked-twin probe) are `make report`'s: reward/figu
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +35,8 @@ from typing import Any, Literal
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE
 from rlhf.pipeline.reward.distill import LightConfig
-from rlhf.pipeline.reward.ensemble import member_checkpoints, save_tokenizer, train_strong
-from rlhf.pipeline.reward.keep import fingerprint, folder_digest, kept_or_trained
+from rlhf.pipeline.reward.ensemble import save_tokenizer, train_strong
+from rlhf.pipeline.reward.keep import checkpoints_of, fingerprint, folder_digest, kept_or_trained
 
 # the report's steps (reward/report.py)
 from rlhf.pipeline.reward.report import (
@@ -175,68 +174,6 @@ def hack_pairs(cfg: RewardConfig, ann_rows: Sequence[dict], judge) -> list[dict]
     return out
 
 
-def distill_set(cfg: RewardConfig, policy, tokenizer, rollout_prompts: Sequence[str],
-                ann_rows: Sequence[dict], demos_path, sampling=None
-                ) -> tuple[list[str], list[str], list[list[int]], list[int]]:
-    """(prompts, responses, groups, policy) the light RM is distilled on: `rollout_k` SFT
-    samples plus `distill_demo_candidates` topic demonstrations per rollout prompt, and every
-    training ranking's responses (SFT rollouts too); `policy`: the indices of the SFT samples
-    (the ones drawn as PPO draws them, without their hacked twins).
-
-    The SFT samples are drawn as PPO will draw them (`sampling`, generation.Sampling; None: this
-    section's temperature, top-p 1), and a prompt's samples form a listwise group of their own,
-    apart from its demonstrations: what PPO needs is the order among the policy's own samples,
-    which a group dominated by (much better) demonstrations barely teaches (on-policy
-    within-prompt Spearman vs gold 0.29 -> 0.61, bench/onpolicy_rm.py)."""
-    from rlhf.pipeline.models.policy import sample
-
-    temperature, top_p, max_new = ((sampling.temperature, sampling.top_p, sampling.max_new_tokens)
-                                   if sampling is not None
-                                   else (cfg.temperature, 1.0, cfg.max_new_tokens))
-    roll = sample(policy, tokenizer, list(rollout_prompts), n=cfg.rollout_k,
-                  max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                  seed=cfg.seed + 1, batch_size=cfg.batch_size, engine=cfg.engine)
-    d_prompts: list[str] = []
-    d_resps: list[str] = []
-    groups: list[list[int]] = []
-    policy_idx: list[int] = []
-    if cfg.distill_demo_candidates:
-        if demos_path is None:
-            raise ValueError("reward.distill_demo_candidates needs --demos")
-        from rlhf.pipeline.preferences import demo_candidates
-
-        demos = demo_candidates(list(rollout_prompts), demos_path, cfg.distill_demo_candidates,
-                                cfg.seed + 11)
-    else:
-        demos = [[] for _ in rollout_prompts]
-    rng = random.Random(cfg.seed + 17)
-    for p, ss, extra_resps in zip(rollout_prompts, roll, demos):
-        own = [s.response for s in ss]
-        policy_idx += range(len(d_prompts), len(d_prompts) + len(own))
-        if cfg.distill_hacks and own:
-            from rlhf.pipeline.reward.augment import HACKS
-
-            kinds = sorted(HACKS)  # in turn: repeat, salad, truncate, repeat, ...
-            twins = [HACKS[kinds[j % len(kinds)]](rng.choice(own), rng)
-                     for j in range(cfg.distill_hacks)]
-            own += [t for t in twins if t not in own]
-        for resps in (own, extra_resps):
-            if resps:
-                groups.append(list(range(len(d_prompts), len(d_prompts) + len(resps))))
-                d_prompts += [p] * len(resps)
-                d_resps += resps
-    by_rank: dict[str, list[dict]] = defaultdict(list)
-    for r in ann_rows:
-        if r["split"] == "train":
-            by_rank[r["ranking_id"]].append(r)
-    for rid in sorted(by_rank):
-        rs = by_rank[rid]
-        groups.append(list(range(len(d_prompts), len(d_prompts) + len(rs))))
-        d_prompts += [r["prompt"] for r in rs]
-        d_resps += [r["response"] for r in rs]
-    return d_prompts, d_resps, groups, policy_idx
-
-
 # ---------------------------------------------------------------------------------------------
 # the stage
 
@@ -340,27 +277,27 @@ def _references(data: TrainingData) -> tuple[list[str], list[str]]:
     return [r["prompt"] for r in rows], [r["response"] for r in rows]
 
 
-def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, policy, ptok,
+def distill_light(cfg: RewardConfig, strong, strong_member: Path, light_tok, rollouts,
                   rollout_prompts: Sequence[str], data: TrainingData, sft_dir, demos_path,
-                  ppo_sampling, folder: Path, out_strong: Path, log,
+                  folder: Path, out_strong: Path, log,
                   checkpoints: Path | None = None, trackers=None, compute=None):
-    """Step 4: SFT rollouts (+ hacked twins) labelled by the strong RM, the light RM distilled
-    on them, its reference and temperature; saved to `folder`; the strong-to-light score map
-    fitted on the rollouts (score_map.fit_on_rollouts), saved beside the strong members. Returns (light
-    scorer, report).
+    """Step 4: the SFT `rollouts` of `rollout_prompts` (distill.distill_rollouts; + hacked
+    twins) labelled by the strong RM, the light RM distilled on them, its reference and
+    temperature; saved to `folder`; the strong-to-light score map fitted on the rollouts
+    (score_map.fit_on_rollouts), saved beside the strong members. Returns (light scorer, report).
     With `checkpoints`, the distilled model is kept there (reward/keep.py) and a rerun after a
     kill loads it instead of distilling again."""
     from rlhf.pipeline.config import effective
     from rlhf.pipeline.reward.confidence import fit_temperature
-    from rlhf.pipeline.reward.distill import build_light, distill
+    from rlhf.pipeline.reward.distill import build_light, distill, distill_set
     from rlhf.pipeline.reward.scorer import RMEnsemble, encode_texts, save_scorer
 
     # the sampling and the strong RM's labels run in every run, a resumed one too: the strong
     # scorer memoises what it scored, and a text scored in another batch can differ in its last
     # bits, so skipping them would change the figures the report scores later
-    log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation")
-    d_prompts, d_resps, groups, on_policy = distill_set(cfg, policy, ptok, rollout_prompts,
-                                                        data.ann_rows, demos_path, ppo_sampling)
+    d_prompts, d_resps, groups, on_policy = distill_set(cfg, None, None, rollout_prompts,
+                                                        data.ann_rows, demos_path,
+                                                        rollouts=rollouts)
     targets, _ = strong(d_prompts, d_resps)
     ids = encode_texts(light_tok, d_prompts, d_resps, cfg.train.max_length)
 
@@ -443,9 +380,11 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     from rlhf.pipeline import tracking as tr
     import torch
     from rlhf.pipeline.config import effective
-    from rlhf.pipeline.models.policy import load_policy, load_tokenizer, quiet_hf
+    from rlhf.pipeline.models.policy import load_tokenizer, quiet_hf
+    from rlhf.pipeline.reward.distill import sft_rollouts
     from rlhf.pipeline.reward.scorer import resolve_precision
     from rlhf.pipeline.reward.train import resolve_backbone
+    from rlhf.pipeline.workers import worker_pool
     from rlhf.store.io import staged_folders, write_text_atomic
 
     quiet_hf()
@@ -470,29 +409,38 @@ def run(cfg: RewardConfig, preferences_dir: str | Path, sft_dir: str | Path,
     # (store.io.staged_folders): a killed or failed run never leaves a half-written RM visible,
     # and the previous RMs stay whole until the new ones are complete.
     out_strong, out_light = Path(out_strong), Path(out_light)
-    with staged_folders([out_strong, out_light]) as staged:
+    with staged_folders([out_strong, out_light]) as staged, \
+            worker_pool(cfg.n_ensemble + 1) as workers:
         strong_dir, light_dir = staged[out_strong], staged[out_light]
+        exclude = {r["prompt_id"] for r in data.ann_rows}
+        rollout_prompts, _ = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
+        log(f"sampling {len(rollout_prompts)} x {cfg.rollout_k} rollouts for distillation"
+            + (" in a worker process" if workers is not None else ""))
+        # the rollouts need the SFT policy only (the strong RM labels them later): a worker
+        # draws them while the members train (3 members on 2 cores leave one core idle)
+        drawing = (workers.submit(sft_rollouts, cfg, sft_dir, rollout_prompts, ppo_sampling,
+                                  compute) if workers is not None else None)
         members, names = step("strong_ensemble", train_strong, cfg, init, tok, data.train_pairs,
-                              strong_dir, log, precision, member_checkpoints(out_strong),
-                              trackers, compute)
+                              strong_dir, log, precision, checkpoints_of(out_strong),
+                              trackers, compute, workers)
         metrics["strong_train_seconds"] = step.seconds["strong_ensemble"]
         strong, report = step("strong_calibration", calibrate_strong, cfg, members, names, tok,
                               data, strong_dir, precision)
         metrics.update(report)
-        policy, ptok = load_policy(sft_dir, compute)
-        exclude = {r["prompt_id"] for r in data.ann_rows}
-        rollout_prompts, _ = eval_prompts_of(cfg, pool_dir, demos_path, exclude)
+        rollouts = (step("distill_rollouts", drawing.result) if drawing is not None else
+                    step("distill_rollouts", sft_rollouts, cfg, sft_dir, rollout_prompts,
+                         ppo_sampling, compute))
         _, report = step("light_distillation", distill_light, cfg, strong,
-                             strong_dir / names[0], light_tok, policy, ptok, rollout_prompts,
-                             data, sft_dir, demos_path, ppo_sampling, light_dir, out_strong, log,
-                             member_checkpoints(out_strong), trackers, compute)
+                         strong_dir / names[0], light_tok, rollouts, rollout_prompts, data,
+                         sft_dir, demos_path, light_dir, out_strong, log,
+                         checkpoints_of(out_strong), trackers, compute)
         metrics.update(report)
         metrics["annotator_drift"] = annotator_drift(data.rows, cfg.drift_window_days)
         metrics["external"] = (
             step("external_rm", external_accuracy, cfg, data.rows, init, tok, strong, log,
-                 member_checkpoints(out_strong))
+                 checkpoints_of(out_strong))
             if cfg.external_rm else {"skipped": "reward.external_rm is off"})
-    shutil.rmtree(member_checkpoints(out_strong), ignore_errors=True)  # both RMs are whole
+    shutil.rmtree(checkpoints_of(out_strong), ignore_errors=True)  # both RMs are whole
     metrics["phase_seconds"] = step.seconds
     metrics["seconds"] = round(time.perf_counter() - t_start, 1)
     trackers.log({f"reward/{k}": v for k, v in metrics.items()}, trackers.last_step)
