@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     result = skeleton(args.rehearsal, args.shape, machine(py))
-    env = {**os.environ, "RLHF_RM_WORKERS": "1", "COLUMNS": "160", "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, "RLHF_WORKERS": "1", "COLUMNS": "160", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     if args.rehearsal:
         env["STAGES_GPU_BLOCK"] = " ".join(DEVICE_LACKS)

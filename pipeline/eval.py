@@ -57,10 +57,9 @@ class EvalConfig:
     engine: Literal["auto", "hf", "native"] = "native"
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.batch_size < 1 or self.repetition_ngram < 1:
-            raise ValueError("max_new_tokens, batch_size and repetition_ngram must be >= 1")
-        if self.n_prompts < 0:
-            raise ValueError("n_prompts must be >= 0 (0 = every held-out prompt)")
+        from rlhf.pipeline import ranges
+
+        ranges.check_fields("eval", self)
 
 
 # --------------------------------------------------------------------------- pure metrics

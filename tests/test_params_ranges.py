@@ -162,12 +162,7 @@ def test_params_check_names_the_bad_value(tmp_path, section, key, value, expecte
     assert "Traceback" not in result.output
 
 
-# Config classes whose __post_init__ does not check its ranges yet (a config built in code, not
-# read from a params file, skips them): the reward stage's (pipeline/reward/ is being reworked)
-# and eval's (pipeline/eval.py likewise); ModelShape and AnnotatorConfig have no __post_init__.
-UNCHECKED = {"EvalConfig", "RewardConfig", "RmTrainConfig", "LightConfig", "ModelShape",
-             "AnnotatorConfig"}
-SCALARS = [f for f in NUMERIC if f[3] in (int, float) and f[1].__name__ not in UNCHECKED]
+SCALARS = [f for f in NUMERIC if f[3] in (int, float)]  # every config: none is left unchecked
 
 
 @pytest.mark.parametrize("key,cls,name,tp", SCALARS, ids=[k for k, *_ in SCALARS])

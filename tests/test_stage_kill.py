@@ -1,14 +1,17 @@
-"""SIGKILL at a random point of `rlhf ingest`, `rlhf dedup`, `rlhf reward`, `rlhf preferences`
-and `rlhf difficulty`, then the same command again: after each kill nothing half-written is
-visible (every visible table or model folder, and the metrics file, equals an uninterrupted
-run's), and the rerun's outputs equal the uninterrupted run's, with no staging folder, journal or
-temporary file left behind.
+"""SIGKILL at a random point of `rlhf ingest`, `rlhf dedup`, `rlhf preferences`, `rlhf difficulty`
+and `rlhf eval`, then the same command again: after each kill nothing half-written is visible
+(every visible table or folder, and the metrics file, equals an uninterrupted run's), and the
+rerun's outputs equal the uninterrupted run's, with no staging folder, journal or temporary file
+left behind. `rlhf reward`'s kills (the longest, by far) are in tests/test_stage_kill_reward.py,
+a file of its own so that `make test`'s workers (a file each at a time) run it beside these.
 
 Real subprocesses of the `rlhf` console script, as in tests/test_ppo_resume.py. Each stage is
-killed three times (reward: twice) into the same output folder before the rerun: once a random
-moment after it began writing (its first hidden staging folder appeared), then at random moments
-of an uninterrupted run's duration; at least one kill must land while it writes. Inputs are
-tiny, so each test takes well under a minute.
+killed three times into the same output folder before the rerun: once a random moment after it
+began writing (its first hidden staging folder appeared), then at random moments of an
+uninterrupted run's duration; at least one kill must land while it writes. Inputs are tiny, so
+each test takes well under a minute.
+
+    python -m pytest -q -n 0 tests/test_stage_kill.py
 """
 
 from __future__ import annotations
@@ -201,145 +204,7 @@ def test_dedup_killed_at_random_points_then_rerun(tmp_path):
                    timing=("embedded_",))
 
 
-# --- reward (the tiny config of tests/test_reward_stage.py) ---------------------------------
-
-REWARD_PARAMS = {"reward": {
-    "n_ensemble": 2,
-    "train": {"epochs": 8, "learning_rate": 0.003, "batch_size": 16, "max_length": 64},
-    "light": {"epochs": 8, "groups_per_batch": 8},
-    "rollout_prompts": 30, "rollout_k": 3, "eval_prompts": 20, "eval_k": 2,
-    # the side RM trains on the annotators' rankings here (the realdata profile's hh-rlhf pairs
-    # in production), so a kill can land in it too
-    "max_new_tokens": 16, "external_sources": ["annotator"], "external_epochs": 2.0},
-    "ppo": {},  # the reward stage reads PPO's sampling settings
-    "judge": {}}  # ... and its judge
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
-
-
-def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
-    from rlhf.pipeline import preferences
-    from tiny_world import ToyAnnotatorPool, toy_gold, trained_policy, write_pool
-
-    _, sft = trained_policy(tmp_path_factory)
-    pool = write_pool(tmp_path / "pool", n=160)
-    pcfg = preferences.PreferencesConfig(k=4, max_new_tokens=16, heldout_fraction=0.3,
-                                         annotators=preferences.AnnotatorConfig(
-                                             n_annotators=3, drift_per_day=0.5, noise_std=0.0,
-                                             labels_per_day=10))
-    preferences.run(pcfg, sft, tmp_path / "prefs", pool_dir=pool,
-                    world=(ToyAnnotatorPool, toy_gold))
-    write_params(tmp_path / "params.yaml", **REWARD_PARAMS)
-    cmd = [_rlhf(), "reward", "--preferences", str(tmp_path / "prefs"), "--sft", str(sft),
-           "--pool", str(pool), "--out-strong", "models/rm_strong", "--out-light",
-           "models/rm_light", "--params", str(tmp_path / "params.yaml"),
-           "--metrics", "metrics/reward.json"]
-    ref, work = tmp_path / "ref", tmp_path / "work"
-    ref.mkdir()
-    work.mkdir()
-    seconds = _run(cmd, ref)
-    want = {name: _files(ref / "models" / name) for name in ("rm_strong", "rm_light")}
-    assert "member_1/model.safetensors" in want["rm_strong"]
-
-    def visible() -> None:
-        for name in ("rm_strong", "rm_light"):
-            if (work / "models" / name).exists():
-                assert _files(work / "models" / name) == want[name], name
-        if (work / "metrics" / "reward.json").exists():
-            _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json")
-
-    def started() -> bool:
-        models = work / "models"
-        return models.is_dir() and any(".staging-" in p.name for p in models.iterdir())
-
-    _kill_then_rerun(cmd, seconds, work, started, visible, seed=19, first_delay=2.0, trials=2)
-    for name in ("rm_strong", "rm_light"):
-        assert _files(work / "models" / name) == want[name], name
-    _metrics_equal(work / "metrics" / "reward.json", ref / "metrics" / "reward.json")
-
-    # Kill as soon as a trained model is kept (a point the stage reports by its kept folder's
-    # mark, not a moment): the first strong member, the light RM, the external side RM. The
-    # rerun loads each model kept before the kill instead of training it again and ends with the
-    # uninterrupted run's RM folders and metrics.
-    from rlhf.pipeline.reward.keep import MARK, checkpoints_of
-
-    for kill_after, loaded, trained in [
-            ("member_0", ["strong RM member 1/2: trained before the last run was stopped"],
-             ["distilling the light RM", "training an RM on"]),
-            ("external", ["strong RM member 2/2: trained before", "light RM: trained before",
-                          "external side RM: trained before"], [])]:
-        again = tmp_path / f"again_{kill_after}"
-        again.mkdir()
-        kept = checkpoints_of(again / "models" / "rm_strong")
-        proc = subprocess.Popen(cmd, cwd=again, env=_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 300
-            while not (kept / kill_after / MARK).is_file():
-                assert proc.poll() is None, f"the stage ended before {kill_after} was kept"
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            workers = _children(proc.pid)  # the members' worker processes (ensemble.py)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-            _gone(workers)  # they die with the stage, not train on
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        assert not (again / "models" / "rm_strong").exists()  # nothing visible until both RMs are
-        rerun = subprocess.run(cmd, cwd=again, env=_env(), capture_output=True, text=True,
-                               timeout=600, check=False)
-        assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
-        said = " ".join((rerun.stdout + rerun.stderr).split())  # the log, unwrapped
-        for line in loaded:
-            assert line in said, (kill_after, line)
-        for line in trained:
-            assert line in said, (kill_after, line)
-        assert "training strong RM member 1/2" not in said
-        # member 2 trained beside member 1 in a second process: kept before the kill, or not
-        # (then the rerun trains it in a worker, beside the distillation rollouts)
-        assert ("training strong RM members 2/2 in worker processes" in said
-                or "strong RM member 2/2: trained before" in said), said[-2000:]
-        assert not kept.exists() and _hidden(again) == []
-        for name in ("rm_strong", "rm_light"):
-            assert _files(again / "models" / name) == want[name], (kill_after, name)
-        _metrics_equal(again / "metrics" / "reward.json", ref / "metrics" / "reward.json")
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
-def _gone(pids: list[int], seconds: float = 20.0) -> None:
-    """Wait until none of `pids` runs (zombies reaped by init count as gone)."""
-    def running(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    deadline = time.monotonic() + seconds
-    alive = pids
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [p for p in alive if running(p)]
-    assert not alive, f"processes {alive} outlived the killed stage"
-
-
-# --- preferences (the tiny config of the reward test above, through the `rlhf` command) ----
+# --- preferences (the tiny config of tests/test_stage_kill_reward.py, through `rlhf`) ------
 
 PREFERENCES_PARAMS = {"preferences": {
     "k": 4, "max_new_tokens": 16, "heldout_fraction": 0.3,

@@ -20,6 +20,9 @@ class AnnotatorConfig:
     start: str = "2026-01-05"  # first labelling day (UTC)
     labels_per_day: int = 100  # rankings per day: how fast the campaign's clock advances
 
+    def __post_init__(self):
+        ranges.check_fields("annotators", self)
+
 
 @dataclass(frozen=True)
 class PreferencesConfig:

@@ -1,5 +1,5 @@
 """Reward models: the strong RM ensemble, its confidence, the distilled light RM, and the
-`RMEnsemble` PPO's scorer wraps (ppo/scoring.py). The stage is `rlhf reward`
+`RMEnsemble` PPO's scorer wraps (models/scoring.py). The stage is `rlhf reward`
 (`rlhf.pipeline.reward.stage`); the ensemble API is
 
     from rlhf.pipeline.reward import load_ensemble

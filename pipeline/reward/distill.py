@@ -48,8 +48,9 @@ class LightConfig:
     def __post_init__(self):
         if self.init not in ("sft", "strong", "scratch"):
             raise ValueError("light.init must be 'sft', 'strong' or 'scratch'")
-        if self.num_layers < 1 or self.epochs < 1 or self.groups_per_batch < 1:
-            raise ValueError("num_layers, epochs and groups_per_batch must be >= 1")
+        from rlhf.pipeline import ranges
+
+        ranges.check_fields("light", self)
 
 
 def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: str | None = None,

@@ -1,4 +1,4 @@
-"""The reward stage's RM ensemble (`RMEnsemble`), what PPO's scorer (ppo/scoring.py) wraps:
+"""The reward stage's RM ensemble (`RMEnsemble`), what PPO's scorer (models/scoring.py) wraps:
 `load_ensemble(path)(prompts, responses) -> (rewards, confidence)`.
 
 A scorer folder holds `scorer.json` and one or more sequence-classification checkpoints
@@ -186,7 +186,7 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
 
 class RMEnsemble:
     """An ensemble (or a single) of sequence-classification RMs with references and calibration
-    (ppo/scoring.py's `Scorer` protocol is what PPO reads rewards from; this is the reward
+    (models/scoring.py's `Scorer` protocol is what PPO reads rewards from; this is the reward
     stage's model behind it)."""
 
     def __init__(self, models: list, tokenizer, references: Sequence[float], temperature: float,

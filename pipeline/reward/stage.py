@@ -102,15 +102,10 @@ class RewardConfig:
     def __post_init__(self):
         if self.aggregation not in ("mean", "min"):
             raise ValueError("aggregation must be 'mean' or 'min'")
-        if self.n_ensemble < 1:
-            raise ValueError("n_ensemble must be >= 1")
-        if not 0.0 <= self.adversarial_fraction <= 1.0:
-            raise ValueError("adversarial_fraction must be in [0, 1]")
-        if not 0.0 <= self.hack_fraction <= 1.0:
-            raise ValueError("hack_fraction must be in [0, 1]")
-        if self.distill_hacks < 0:
-            raise ValueError("distill_hacks must be >= 0")
+        from rlhf.pipeline import ranges
         from rlhf.pipeline.reward.scorer import PRECISIONS
+
+        ranges.check_fields("reward", self)
 
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")

@@ -36,8 +36,9 @@ class RmTrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self):
-        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
-            raise ValueError("epochs, learning_rate and batch_size must be positive")
+        from rlhf.pipeline import ranges
+
+        ranges.check_fields("train", self)
 
 
 def resolve_backbone(backbone: str, sft_dir: str | Path) -> str:

@@ -43,6 +43,9 @@ class ModelShape:
     num_key_value_heads: int = 4
     max_position_embeddings: int = 256
 
+    def __post_init__(self):
+        ranges.check_fields("model", self)
+
 
 @dataclass(frozen=True)
 class WorldConfig:
