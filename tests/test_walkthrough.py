@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bench.stages_setup import merge  # the device script's params edit: one deep merge
 
 pytestmark = pytest.mark.slow  # about 50 s on one core
 
@@ -51,14 +52,6 @@ def section() -> str:
 def blocks(text: str) -> list[tuple[str, str]]:
     """(language, body) of each fenced block, in the page's order."""
     return re.findall(r"^```(\w+)\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
-
-
-def merge(into: dict, edits: dict) -> None:
-    for key, value in edits.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            merge(into[key], value)
-        else:
-            into[key] = value
 
 
 def _models(root: Path) -> tuple[Path, Path]:
