@@ -51,3 +51,26 @@ def _fresh_params_record():
 
     forget_params_read()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _own_accelerate_state():
+    """accelerate keeps the device and mixed precision in process-wide singletons, and TRL's
+    SFTConfig turns bf16 on by default: a test that builds a Trainer directly (not through
+    sft.train_sft, which owns its state) would hand its bf16 to the next PPO test of the worker
+    (an Accelerator(cpu=True) built later reuses it). Each test leaves the state as it found it
+    (pipeline/models/compute.own_accelerate_state); in-process chains within one test still see
+    each other, which is what tests/test_compute.py checks of the product."""
+    import sys
+
+    if "accelerate.state" not in sys.modules:  # nothing to save, and no import for tests
+        yield                                 # that never touch torch
+        state = sys.modules.get("accelerate.state")
+        if state is not None:  # started empty: end empty
+            for singleton in (state.PartialState, state.AcceleratorState, state.GradientState):
+                singleton._shared_state.clear()
+        return
+    from rlhf.pipeline.models.compute import own_accelerate_state
+
+    with own_accelerate_state():
+        yield

@@ -62,25 +62,17 @@ def test_sft_rejects_bad_demonstrations(tmp_path):
 def test_the_sft_loss_is_trls_completion_only_loss(tmp_path):
     """The stage's trainer takes the loss from the model's own head on the collator's labels;
     TRL's SFTTrainer computes it through its fused LM head: the same value on the same batch."""
-    from rlhf.pipeline.models.compute import own_accelerate_state
-    from rlhf.pipeline.sft import SftConfig, build_model
+    import torch
+    from rlhf.pipeline.sft import SftConfig, _to_dataset, _trainer_class, build_model
     from tiny_world import write_demonstrations, write_model_config, write_tokenizer
     from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
 
     tok_dir = write_tokenizer(tmp_path / "tokenizer")
     cfg_dir = write_model_config(tmp_path / "mc", len(AutoTokenizer.from_pretrained(tok_dir)))
     rows = [__import__("json").loads(x) for x in
             write_demonstrations(tmp_path / "d.jsonl", n=16).read_text().splitlines()]
     model, tok = build_model(SftConfig(), tok_dir, cfg_dir)
-    with own_accelerate_state():  # TRL's SFTConfig defaults to bf16: keep it out of later tests
-        _compare_losses(tmp_path, model, tok, rows)
-
-
-def _compare_losses(tmp_path, model, tok, rows):
-    import torch
-    from rlhf.pipeline.sft import _to_dataset, _trainer_class
-    from trl import SFTConfig, SFTTrainer
-
     args = SFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=8,
                      max_length=64, completion_only_loss=True, report_to="none", use_cpu=True,
                      save_strategy="no", disable_tqdm=True)
