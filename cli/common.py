@@ -92,6 +92,23 @@ def need_model(kind: str, path: Path | None, what: str) -> None:
         fail(str(exc))
 
 
+def reward_or_fail(spec: str, what: str) -> None:
+    """Fail with one error line unless `spec` (the flag `what`) is a reward `load_scorer` reads
+    (pipeline/models/code_rewards.py): a readable reward model folder (the reward stage's, or a
+    plain sequence classifier), a `python:` function that loads, or an `http(s)://` server (asked
+    when it scores)."""
+    from rlhf.pipeline.models import code_rewards
+    from rlhf.pipeline.models import model_folders as mf
+
+    try:
+        if code_rewards.kind(spec) == "python":
+            code_rewards.load_function(spec)
+        elif code_rewards.kind(spec) == "folder":
+            mf.check_scorer(Path(spec), what, plain_allowed=True)
+    except ValueError as exc:  # RewardError and ModelFolderError: one line naming it
+        fail(str(exc))
+
+
 def fmt(v: Any) -> str:
     """A figure as a summary table shows it: floats to 4 significant digits, None as `-`."""
     if isinstance(v, float):

@@ -1,4 +1,5 @@
 """`rlhf eval`: SFT and every PPO checkpoint on held-out prompts, gold vs proxy (pipeline/eval.py).
+The rewards (`--light-rm`, `--strong-rm`) are of `rlhf ppo --reward`'s three kinds.
 
     rlhf eval --sft artifacts/models/sft --ppo artifacts/ppo \
         --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
@@ -12,15 +13,18 @@ from pathlib import Path
 
 import typer
 from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             stage_setup, write_metrics)
+                             reward_or_fail, stage_setup, write_metrics)
 
 
 def eval_cmd(
     sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer): step 0 "
                              "and the KL reference."),
     ppo: Path = typer.Option(..., help="PPO run folder (its checkpoints/step-NNNNNN/)."),
-    light_rm: Path = typer.Option(..., help="Light reward model (the PPO reward)."),
-    strong_rm: Path = typer.Option(..., help="Strong reward model."),
+    light_rm: str = typer.Option(
+        ..., help="Light reward (the PPO reward): a reward model folder, a function "
+                  "python:path/to/file.py:function or a reward server http://host:port/path, "
+                  "as `rlhf ppo --reward` takes (docs/ppo.md)."),
+    strong_rm: str = typer.Option(..., help="Strong reward, of the same three kinds."),
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
@@ -42,10 +46,10 @@ def eval_cmd(
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
         mf.check_policy(sft, "--sft")
         mf.check_ppo_run(ppo, "--ppo")
-        mf.check_scorer(light_rm, "--light-rm", plain_allowed=True)
-        mf.check_scorer(strong_rm, "--strong-rm", plain_allowed=True)
     except mf.ModelFolderError as exc:
         fail(str(exc))
+    reward_or_fail(light_rm, "--light-rm")
+    reward_or_fail(strong_rm, "--strong-rm")
     from rlhf.pipeline.eval import run
 
     try:
