@@ -74,10 +74,11 @@ def need_dir(path: Path | None, what: str) -> None:
         fail(f"{what} {path} is not a folder")
 
 
-def need_model(kind: str, path: Path | None, what: str) -> None:
-    """Fail with one error line naming `path` unless it is a readable model folder of `kind`
-    (policy, scorer, tokenizer, model_config; hub_policy: a policy folder or a hub name the
-    Hugging Face cache holds): missing, truncated or the wrong kind."""
+def need_model(kind: str, path: Path | None, what: str) -> Path | None:
+    """The model folder `path` names; one error line naming it unless it is a readable model
+    folder of `kind` (policy, scorer, tokenizer, model_config; hub_policy: a policy folder or a
+    hub name, whose snapshot folder in the Hugging Face cache it returns:
+    model_folders.policy_folder): missing, truncated or the wrong kind."""
     from rlhf.pipeline.models import model_folders as mf
 
     checks = {"policy": mf.check_policy, "hub_policy": mf.policy_folder,
@@ -85,9 +86,9 @@ def need_model(kind: str, path: Path | None, what: str) -> None:
               "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
               "pretrained": mf.check_pretrained}
     if path is None:
-        return
+        return None
     try:
-        checks[kind](path, what)
+        return checks[kind](path, what)
     except mf.ModelFolderError as exc:
         fail(str(exc))
 

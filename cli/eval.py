@@ -17,8 +17,9 @@ from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_
 
 
 def eval_cmd(
-    sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer): step 0 "
-                             "and the KL reference."),
+    sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer, or a hub "
+                             "name: its snapshot in the Hugging Face cache): step 0 and the KL "
+                             "reference."),
     ppo: Path = typer.Option(..., help="PPO run folder (its checkpoints/step-NNNNNN/)."),
     light_rm: str = typer.Option(
         ..., help="Light reward (the PPO reward): a reward model folder, a function "
@@ -44,7 +45,7 @@ def eval_cmd(
     from rlhf.pipeline.models import model_folders as mf
 
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
-        mf.check_policy(sft, "--sft")
+        sft = mf.policy_folder(sft, "--sft")  # a hub name: its snapshot folder
         mf.check_ppo_run(ppo, "--ppo")
     except mf.ModelFolderError as exc:
         fail(str(exc))
