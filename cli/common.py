@@ -390,3 +390,6 @@ METRICS = typer.Option(None, "--metrics", help="Write the headline figures here 
                        "(DVC metrics: artifacts/metrics/<stage>.json).")
 REPORT = typer.Option(None, "--report", help="Write the whole report here as JSON "
                       "(artifacts/reports/<stage>.json).")
+# the judge's RM for the stages that report a judge's figures (judge_or_fail)
+JUDGE_MODEL = typer.Option(None, "--judge-model", help="The judge's RM folder (judge.kind "
+                           "heldout_rm: what `rlhf judge` wrote; kind rm: overrides judge.model).")

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             reward_or_fail, stage_setup, write_metrics)
+from rlhf.cli.common import (JUDGE_MODEL, METRICS, PARAMS, REPORT, fail, judge_or_fail,
+                             load_config, reward_or_fail, stage_setup, write_metrics)
 
 
 def eval_cmd(
@@ -29,9 +29,7 @@ def eval_cmd(
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
-    judge_model: Path | None = typer.Option(
-        None, help="The judge's RM folder (judge.kind heldout_rm: what `rlhf judge` wrote; "
-                   "kind rm: overrides judge.model)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             reward_or_fail, stage_setup, tracking_or_fail, write_metrics)
+from rlhf.cli.common import (JUDGE_MODEL, METRICS, PARAMS, REPORT, fail, judge_or_fail,
+                             load_config, reward_or_fail, stage_setup, tracking_or_fail,
+                             write_metrics)
 
 
 def ppo(policy: Path = typer.Option(
@@ -43,9 +44,7 @@ def ppo(policy: Path = typer.Option(
         heldout_store: Path | None = typer.Option(
             None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out "
                        "prompts."),
-        judge_model: Path | None = typer.Option(
-            None, help="The held-out figure's judge RM folder (judge.kind heldout_rm: what `rlhf "
-                       "judge` wrote; kind rm: overrides judge.model)."),
+        judge_model: Path | None = JUDGE_MODEL,  # the held-out figure's judge
         params: Path = PARAMS,
         run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out "
                                             "name)."),

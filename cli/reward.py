@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 from rlhf.cli.common import (
+    JUDGE_MODEL,
     METRICS,
     PARAMS,
     REPORT,
@@ -47,9 +48,7 @@ def reward(
     out_light: Path = typer.Option(..., "--out-light", help="Light RM folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
-    judge_model: Path | None = typer.Option(
-        None, "--judge-model", help="The judge's RM folder for the vs-gold figures (judge.kind "
-                                    "heldout_rm: what `rlhf judge` wrote)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -126,8 +125,7 @@ def reward_figures(
                                          help="`preferences` table (the RMs' training prompts)."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
     demos: Path | None = typer.Option(None, "--demos", help="Demonstrations (eval candidates)."),
-    judge_model: Path | None = typer.Option(
-        None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
