@@ -74,10 +74,11 @@ def need_dir(path: Path | None, what: str) -> None:
         fail(f"{what} {path} is not a folder")
 
 
-def need_model(kind: str, path: Path | None, what: str) -> None:
-    """Fail with one error line naming `path` unless it is a readable model folder of `kind`
-    (policy, scorer, tokenizer, model_config; hub_policy: a policy folder or a hub name the
-    Hugging Face cache holds): missing, truncated or the wrong kind."""
+def need_model(kind: str, path: Path | None, what: str) -> Path | None:
+    """The model folder `path` names; one error line naming it unless it is a readable model
+    folder of `kind` (policy, scorer, tokenizer, model_config; hub_policy: a policy folder or a
+    hub name, whose snapshot folder in the Hugging Face cache it returns:
+    model_folders.policy_folder): missing, truncated or the wrong kind."""
     from rlhf.pipeline.models import model_folders as mf
 
     checks = {"policy": mf.check_policy, "hub_policy": mf.policy_folder,
@@ -85,10 +86,27 @@ def need_model(kind: str, path: Path | None, what: str) -> None:
               "tokenizer": mf.check_tokenizer, "model_config": mf.check_model_config,
               "pretrained": mf.check_pretrained}
     if path is None:
-        return
+        return None
     try:
-        checks[kind](path, what)
+        return checks[kind](path, what)
     except mf.ModelFolderError as exc:
+        fail(str(exc))
+
+
+def reward_or_fail(spec: str, what: str) -> None:
+    """Fail with one error line unless `spec` (the flag `what`) is a reward `load_scorer` reads
+    (pipeline/models/code_rewards.py): a readable reward model folder (the reward stage's, or a
+    plain sequence classifier), a `python:` function that loads, or an `http(s)://` server (asked
+    when it scores)."""
+    from rlhf.pipeline.models import code_rewards
+    from rlhf.pipeline.models import model_folders as mf
+
+    try:
+        if code_rewards.kind(spec) == "python":
+            code_rewards.load_function(spec)
+        elif code_rewards.kind(spec) == "folder":
+            mf.check_scorer(Path(spec), what, plain_allowed=True)
+    except ValueError as exc:  # RewardError and ModelFolderError: one line naming it
         fail(str(exc))
 
 
@@ -372,3 +390,6 @@ METRICS = typer.Option(None, "--metrics", help="Write the headline figures here 
                        "(DVC metrics: artifacts/metrics/<stage>.json).")
 REPORT = typer.Option(None, "--report", help="Write the whole report here as JSON "
                       "(artifacts/reports/<stage>.json).")
+# the judge's RM for the stages that report a judge's figures (judge_or_fail)
+JUDGE_MODEL = typer.Option(None, "--judge-model", help="The judge's RM folder (judge.kind "
+                           "heldout_rm: what `rlhf judge` wrote; kind rm: overrides judge.model).")

@@ -25,7 +25,8 @@ from rlhf.cli.common import (
 
 
 def difficulty(
-    policy: Path = typer.Option(..., "--policy", help="Baseline (SFT) policy checkpoint."),
+    policy: Path = typer.Option(..., "--policy", help="Baseline (SFT) policy checkpoint, or a "
+                                "hub name (org/name: its snapshot in the Hugging Face cache)."),
     reward_model: Path = typer.Option(..., "--reward-model", help="RM scorer folder."),
     out: Path = typer.Option(..., "--out", "-o", help="`difficulty` table folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table folder."),
@@ -38,7 +39,7 @@ def difficulty(
     from rlhf.pipeline.difficulty import run
 
     cfg, compute = stage_setup(params, "difficulty")
-    need_model("policy", policy, "--policy")
+    policy = need_model("hub_policy", policy, "--policy")
     need_model("scorer", reward_model, "--reward-model")
     pool = pool_or_demos(pool, demos)
     if pool is None and demos is None:

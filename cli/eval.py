@@ -1,4 +1,5 @@
 """`rlhf eval`: SFT and every PPO checkpoint on held-out prompts, gold vs proxy (pipeline/eval.py).
+The rewards (`--light-rm`, `--strong-rm`) are of `rlhf ppo --reward`'s three kinds.
 
     rlhf eval --sft artifacts/models/sft --ppo artifacts/ppo \
         --light-rm artifacts/models/rm_light --strong-rm artifacts/models/rm_strong \
@@ -11,22 +12,24 @@ import json
 from pathlib import Path
 
 import typer
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             stage_setup, write_metrics)
+from rlhf.cli.common import (JUDGE_MODEL, METRICS, PARAMS, REPORT, fail, judge_or_fail,
+                             load_config, reward_or_fail, stage_setup, write_metrics)
 
 
 def eval_cmd(
-    sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer): step 0 "
-                             "and the KL reference."),
+    sft: Path = typer.Option(..., help="SFT policy (save_pretrained folder + tokenizer, or a hub "
+                             "name: its snapshot in the Hugging Face cache): step 0 and the KL "
+                             "reference."),
     ppo: Path = typer.Option(..., help="PPO run folder (its checkpoints/step-NNNNNN/)."),
-    light_rm: Path = typer.Option(..., help="Light reward model (the PPO reward)."),
-    strong_rm: Path = typer.Option(..., help="Strong reward model."),
+    light_rm: str = typer.Option(
+        ..., help="Light reward (the PPO reward): a reward model folder, a function "
+                  "python:path/to/file.py:function or a reward server http://host:port/path, "
+                  "as `rlhf ppo --reward` takes (docs/ppo.md)."),
+    strong_rm: str = typer.Option(..., help="Strong reward, of the same three kinds."),
     prompts: Path = typer.Option(..., help="Store root (held-out eval-split prompts: pool + "
                                  "similar) or a JSONL file of {prompt_id, text}."),
     out: Path = typer.Option(..., help="Output folder: report.md, curves.csv, PNG plots."),
-    judge_model: Path | None = typer.Option(
-        None, help="The judge's RM folder (judge.kind heldout_rm: what `rlhf judge` wrote; "
-                   "kind rm: overrides judge.model)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -40,12 +43,12 @@ def eval_cmd(
     from rlhf.pipeline.models import model_folders as mf
 
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
-        mf.check_policy(sft, "--sft")
+        sft = mf.policy_folder(sft, "--sft")  # a hub name: its snapshot folder
         mf.check_ppo_run(ppo, "--ppo")
-        mf.check_scorer(light_rm, "--light-rm", plain_allowed=True)
-        mf.check_scorer(strong_rm, "--strong-rm", plain_allowed=True)
     except mf.ModelFolderError as exc:
         fail(str(exc))
+    reward_or_fail(light_rm, "--light-rm")
+    reward_or_fail(strong_rm, "--strong-rm")
     from rlhf.pipeline.eval import run
 
     try:

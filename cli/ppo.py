@@ -17,8 +17,9 @@ from pathlib import Path
 
 import typer
 
-from rlhf.cli.common import (METRICS, PARAMS, REPORT, fail, judge_or_fail, load_config,
-                             stage_setup, tracking_or_fail, write_metrics)
+from rlhf.cli.common import (JUDGE_MODEL, METRICS, PARAMS, REPORT, fail, judge_or_fail,
+                             load_config, reward_or_fail, stage_setup, tracking_or_fail,
+                             write_metrics)
 
 
 def ppo(policy: Path = typer.Option(
@@ -43,9 +44,7 @@ def ppo(policy: Path = typer.Option(
         heldout_store: Path | None = typer.Option(
             None, help="Store root (pool + similar): gold-judge SFT vs PPO on the held-out "
                        "prompts."),
-        judge_model: Path | None = typer.Option(
-            None, help="The held-out figure's judge RM folder (judge.kind heldout_rm: what `rlhf "
-                       "judge` wrote; kind rm: overrides judge.model)."),
+        judge_model: Path | None = JUDGE_MODEL,  # the held-out figure's judge
         params: Path = PARAMS,
         run_id: str = typer.Option("", help="Run id in the rollout rows (default: the --out "
                                             "name)."),
@@ -77,14 +76,16 @@ def ppo(policy: Path = typer.Option(
     latest = out / "checkpoints" / "latest"
     if resume and not latest.exists():
         fail(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    from rlhf.pipeline.models import code_rewards
     from rlhf.pipeline.models import model_folders as mf
+    from rlhf.pipeline.ppo.scoring import check_features
 
-    _check_reward(cfg, reward)
+    try:  # a reward that is code or a server, with a feature that reads an RM's insides
+        check_features(cfg, reward)
+    except ValueError as exc:
+        fail(str(exc))
+    reward_or_fail(reward, "--reward")  # one error line now, not after the models load
     try:  # each model folder: missing, truncated or the wrong kind is one error naming it
         policy = mf.policy_folder(policy, "--policy")  # a hub name: its snapshot folder
-        if code_rewards.kind(reward) == "folder":
-            mf.check_scorer(Path(reward), "--reward", plain_allowed=True)
         if inputs.get("strong_reward") is not None:
             mf.check_scorer(inputs["strong_reward"], "--strong-reward", plain_allowed=True)
         if resume:
@@ -147,16 +148,3 @@ def _with_feature_options(func):
 
 ppo = _with_feature_options(ppo)
 
-
-def _check_reward(cfg, reward: str) -> None:
-    """A reward that is code or a server, with a feature that reads an RM's insides, or a
-    function that does not load: one error line now, not after the models load."""
-    from rlhf.pipeline.models import code_rewards
-    from rlhf.pipeline.ppo.scoring import check_features
-
-    try:
-        check_features(cfg, reward)
-        if code_rewards.kind(reward) == "python":
-            code_rewards.load_function(reward)
-    except ValueError as exc:
-        fail(str(exc))

@@ -28,8 +28,9 @@ from rlhf.cli.common import (
 
 
 def preferences(
-    policy: Path | None = typer.Option(None, "--policy",
-                                       help="SFT policy checkpoint (labels: annotators)."),
+    policy: Path | None = typer.Option(
+        None, "--policy", help="SFT policy checkpoint (labels: annotators), or a hub name "
+                               "(org/name: its snapshot in the Hugging Face cache)."),
     out: Path = typer.Option(..., "--out", "-o", help="`preferences` table folder."),
     labels_from: Path | None = typer.Option(
         None, "--labels-from", help="labels: human: the store root (prompts, external_pairs, "
@@ -60,7 +61,7 @@ def preferences(
                                   report_path)
     if policy is None:
         fail("--policy is needed (preferences.labels: annotators)")
-    need_model("policy", policy, "--policy")
+    policy = need_model("hub_policy", policy, "--policy")
     if pool is None and demos is None:
         fail("give --pool or --demos")
     if pool is not None and not pool.is_dir() and demos is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 from rlhf.cli.common import (
+    JUDGE_MODEL,
     METRICS,
     PARAMS,
     REPORT,
@@ -41,14 +42,13 @@ SAMPLING_FIELDS = ("temperature", "top_p", "max_new_tokens")
 
 def reward(
     preferences_dir: Path = typer.Option(..., "--preferences", help="`preferences` table folder."),
-    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (backbone, rollouts)."),
+    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (backbone, rollouts), "
+                                 "or a hub name (org/name: its snapshot in the HF cache)."),
     out_strong: Path = typer.Option(..., "--out-strong", help="Strong RM ensemble folder."),
     out_light: Path = typer.Option(..., "--out-light", help="Light RM folder."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
     demos: Path | None = typer.Option(None, "--demos", help="Without a pool: demonstrations."),
-    judge_model: Path | None = typer.Option(
-        None, "--judge-model", help="The judge's RM folder for the vs-gold figures (judge.kind "
-                                    "heldout_rm: what `rlhf judge` wrote)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -63,7 +63,7 @@ def reward(
     load_config(params, "judge")  # read up front: a bad judge section stops before any training
     tracking = tracking_or_fail(params)
     need_dir(preferences_dir, "--preferences")
-    need_model("policy", sft_dir, "--sft")
+    sft_dir = need_model("hub_policy", sft_dir, "--sft")
     if cfg.backbone != "sft" and Path(cfg.backbone).exists():  # a local folder, not a hub name
         need_model("pretrained", Path(cfg.backbone), "reward.backbone")
     pool = pool_or_demos(pool, demos)
@@ -119,13 +119,13 @@ def print_reward_report(m: dict, seconds: float) -> None:
 def reward_figures(
     strong: Path = typer.Option(..., "--strong", help="Strong RM ensemble folder."),
     light: Path = typer.Option(..., "--light", help="Light RM folder."),
-    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (the samples)."),
+    sft_dir: Path = typer.Option(..., "--sft", help="SFT policy checkpoint (the samples), or a "
+                                 "hub name (org/name: its snapshot in the HF cache)."),
     preferences_dir: Path = typer.Option(..., "--preferences",
                                          help="`preferences` table (the RMs' training prompts)."),
     pool: Path | None = typer.Option(None, "--pool", help="`pool` table (ppo/eval prompts)."),
     demos: Path | None = typer.Option(None, "--demos", help="Demonstrations (eval candidates)."),
-    judge_model: Path | None = typer.Option(
-        None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,
@@ -139,7 +139,7 @@ def reward_figures(
     ppo_sampling = Sampling(**vars(load_config(params, "ppo", SAMPLING_FIELDS)))
     need_model("scorer", strong, "--strong")
     need_model("scorer", light, "--light")
-    need_model("policy", sft_dir, "--sft")
+    sft_dir = need_model("hub_policy", sft_dir, "--sft")
     need_dir(preferences_dir, "--preferences")
     pool = pool_or_demos(pool, demos)
     t0 = time.perf_counter()

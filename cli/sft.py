@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 from rlhf.cli.common import (
+    JUDGE_MODEL,
     METRICS,
     PARAMS,
     REPORT,
@@ -33,8 +34,7 @@ def sft(
                                           help="Tokenizer folder (embedded default)."),
     model_config: Path | None = typer.Option(None, "--model-config",
                                              help="model_config folder (embedded default)."),
-    judge_model: Path | None = typer.Option(
-        None, "--judge-model", help="The judge's RM folder (judge.kind heldout_rm)."),
+    judge_model: Path | None = JUDGE_MODEL,
     params: Path = PARAMS,
     metrics: Path | None = METRICS,
     report_path: Path | None = REPORT,

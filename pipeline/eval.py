@@ -10,7 +10,9 @@ Per policy (SFT = step 0, then each `checkpoints/step-NNNNNN/policy.pt` the PPO 
 a `ppo.lora` run's checkpoints: their adapters merged into the SFT policy),
 on the held-out prompts (every member of the eval-split clusters, pipeline/heldout_prompts.py):
 the judge's mean (`gold_mean`: the judge params.yaml's `judge:` section names, pipeline/models/judges.py;
-the report and the metrics name it), light and strong RM means, win rate against SFT by the judge
+the report and the metrics name it), light and strong RM means (each reward an RM folder, a
+function or a server, as `rlhf ppo --reward`: a server gets the policy's chat-templated texts;
+a row a function or server declines is left out), win rate against SFT by the judge
 (ties count one half), KL(policy || SFT reference) per response, response length, repetition rate.
 
 Sampling, not greedy: the policies are trained and used as samplers (PPO's temperature/top_p,
@@ -83,7 +85,8 @@ def win_rate(scores: list[float], baseline: list[float], tol: float = 1e-9) -> f
 
 
 def _mean(xs) -> float:
-    xs = list(xs)
+    """The mean of the values that are there (None: a row a reward declined to score)."""
+    xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else float("nan")
 
 
@@ -188,14 +191,20 @@ def sample_with_kl(model, ref, tok, prompts: list[str], cfg: EvalConfig, tempera
     return out
 
 
-def _score(scorer, prompts: list[str], responses: list[str], batch_size: int) -> list[float]:
+def _score(scorer, prompts: list[str], responses: list[str],
+           batch_size: int) -> list[float | None]:
+    """The scorer's score a row; None where a reward function or server declined the row (its
+    optional validity, pipeline/models/code_rewards.py): the means leave it out."""
     import torch
 
     call = scorer.score if hasattr(scorer, "score") else scorer
-    out: list[float] = []
+    out: list[float | None] = []
     for s in range(0, len(prompts), batch_size):
-        rewards, _ = call(prompts[s:s + batch_size], responses[s:s + batch_size])
-        out += torch.as_tensor(rewards, dtype=torch.float32).flatten().tolist()
+        rewards, _, *valid = call(prompts[s:s + batch_size], responses[s:s + batch_size])
+        rows = torch.as_tensor(rewards, dtype=torch.float32).flatten().tolist()
+        if valid:
+            rows = [r if ok else None for r, ok in zip(rows, torch.as_tensor(valid[0]).tolist())]
+        out += rows
     return out
 
 
@@ -248,8 +257,9 @@ def score_policies(cfg: EvalConfig, sft_path: str | Path, policies: list[tuple[i
 
     ref, tok = load_policy(sft_path, compute)
     ref.requires_grad_(False)
-    scorers = {"light_rm": load_scorer(light_rm, compute=compute),
-               "strong_rm": load_scorer(strong_rm, compute=compute)}
+    # a reward server gets the texts in the policy's chat template, as PPO's does
+    scorers = {k: load_scorer(path, compute=compute, policy_tokenizer=tok)
+               for k, path in (("light_rm", light_rm), ("strong_rm", strong_rm))}
     scored = []
     for _, folder in policies:
         model = ref if folder is None else load_checkpoint_policy(sft_path, folder, compute)
@@ -280,11 +290,15 @@ def _rows(policies: list[tuple[int, Path | None]], ids: list[str], texts: list[s
             "repetition_rate": _mean(rep)})
         samples += [{"step": step, "prompt_id": pid, "prompt": p, "response": o["response"],
                      "n_tokens": o["n_tokens"], "kl": round(o["kl"], 6),
-                     "gold": round(g, 6), "light_rm": round(lr, 6),
-                     "strong_rm": round(sr, 6), "repetition": round(rr, 6)}
+                     "gold": round(g, 6), "light_rm": _round(lr),
+                     "strong_rm": _round(sr), "repetition": round(rr, 6)}
                     for pid, p, o, g, lr, sr, rr in zip(ids, texts, outs, gold,
                                                         rm["light_rm"], rm["strong_rm"], rep)]
     return curves, samples
+
+
+def _round(score: float | None) -> float | None:
+    return None if score is None else round(score, 6)
 
 
 # --------------------------------------------------------------------------- the critic

@@ -153,3 +153,22 @@ def test_a_report_holds_every_param_its_command_read(tmp_path):
     assert report["params"]["difficulty"]["seed"] == 5
     assert set(report["params"]["difficulty"]) == set(complete_section("difficulty", {}))
     assert "params" not in json.loads((tmp_path / "m.json").read_text())
+
+
+def test_every_stage_with_a_judge_declares_judge_model_once(tmp_path):
+    """`--judge-model` is one option (cli/common.py JUDGE_MODEL) in every command that reports
+    a judge's figures: the same flag and help everywhere."""
+    import inspect
+
+    from rlhf.cli import common, ppo, reward, sft
+    from rlhf.cli import eval as eval_cli
+
+    commands = {"sft": sft.sft, "reward": reward.reward, "reward-figures": reward.reward_figures,
+                "eval": eval_cli.eval_cmd, "ppo": ppo.ppo}
+    for name, fn in commands.items():
+        assert inspect.signature(fn).parameters["judge_model"].default is common.JUDGE_MODEL, name
+    helps = set()
+    for name in commands:
+        out = runner.invoke(app, [name, "--help"], env={"COLUMNS": "400"}).output
+        helps |= {" ".join(ln.split()) for ln in out.splitlines() if "--judge-model" in ln}
+    assert len(helps) == 1, helps

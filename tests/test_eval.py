@@ -238,3 +238,52 @@ def test_policies_evaluated_in_workers_equal_the_inline_ones(tmp_path, monkeypat
     curves, samples = runs["2"]
     assert [c["step"] for c in curves] == [0, 2, 4] and len(samples) == 3 * 10
     assert runs["2"] == runs["1"]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_eval_scores_with_a_reward_server_in_the_policys_chat_template(tmp_path):
+    """`rlhf eval --light-rm http://...` (as `rlhf ppo --reward`): the server gets each prompt
+    and response as the policy saw them, in its ChatML template (OpenRLHF's contract), and a
+    row it declines (valid false) is left out of the mean and kept as null in samples.jsonl."""
+    from rlhf.pipeline.models.text import render_prompt, render_sample
+    from test_chat_templates import CHATML, MULTI, SINGLE, _tokenizer
+    from test_ppo_rewards import Server
+
+    tok = _tokenizer(CHATML)
+    pol = ppo_tiny.policy(tok)
+    pol.config.max_position_embeddings = 256
+    pol.save_pretrained(tmp_path / "policy")
+    tok.save_pretrained(tmp_path / "policy")
+    (tmp_path / "ppo" / "checkpoints").mkdir(parents=True)  # no checkpoint: SFT alone
+    stored = [MULTI, SINGLE]
+    (tmp_path / "prompts.jsonl").write_text("".join(
+        json.dumps({"prompt_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(stored)))
+
+    def answer(body, hit):  # the multi-turn prompt's row scored, the single turn's declined
+        return 200, {"rewards": [float(len(q)) for q in body["query"]],
+                     "valid": ["Why is it blue?" in p for p in body["prompts"]]}
+
+    with Server(answer) as srv:
+        res = _invoke(["--sft", tmp_path / "policy", "--ppo", tmp_path / "ppo",
+                       "--light-rm", srv.url, "--strong-rm", srv.url,
+                       "--prompts", tmp_path / "prompts.jsonl", "--out", tmp_path / "eval",
+                       "--params", _params(tmp_path, max_prompt_tokens=96)])
+    assert res.exit_code == 0, res.output
+    assert len(srv.bodies) == 2  # the light and the strong reward, one batch each
+    samples = [json.loads(x) for x in (tmp_path / "eval" / "samples.jsonl").read_text()
+               .splitlines()]
+    by_prompt = {s["prompt"]: s for s in samples}
+    assert sorted(by_prompt) == sorted(stored)
+    for body in srv.bodies:
+        assert sorted(body["prompts"]) == sorted(render_prompt(p, tok) for p in stored)
+        for prompt, query, response in zip(body["prompts"], body["query"], body["responses"]):
+            stored_prompt = next(p for p in stored if render_prompt(p, tok) == prompt)
+            assert prompt.endswith("<|im_start|>assistant\n") and "Human:" not in query
+            assert response == by_prompt[stored_prompt]["response"]
+            assert query == render_sample(stored_prompt, response, tok)
+    multi = by_prompt[MULTI]
+    assert multi["light_rm"] == multi["strong_rm"] == float(
+        len(render_sample(MULTI, multi["response"], tok)))
+    assert by_prompt[SINGLE]["light_rm"] is None and by_prompt[SINGLE]["strong_rm"] is None
+    (row,) = csv.DictReader((tmp_path / "eval" / "curves.csv").read_text().splitlines())
+    assert float(row["light_rm_mean"]) == pytest.approx(multi["light_rm"])

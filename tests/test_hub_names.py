@@ -1,8 +1,9 @@
-"""A hub name where a stage takes "any HF name or local path" (`rlhf ppo --policy`,
-`sft.base_model`: pipeline/models/model_folders.py `policy_folder`): resolved offline to its
-snapshot in the Hugging Face cache, here a temporary cache in the hub's layout
-(`models--org--name/snapshots/<commit>/` + `refs/main`) that the test fills with a tiny model
-it saves; a name the cache lacks is one error line naming the cache.
+"""A hub name where a stage takes "any HF name or local path" (`sft.base_model` and every
+stage's policy option, `rlhf ppo --policy`, `rlhf preferences --policy`, `rlhf reward --sft`,
+`rlhf difficulty --policy`, `rlhf eval --sft`: pipeline/models/model_folders.py
+`policy_folder`): resolved offline to its snapshot in the Hugging Face cache, here a temporary
+cache in the hub's layout (`models--org--name/snapshots/<commit>/` + `refs/main`) that the test
+fills with a tiny model it saves; a name the cache lacks is one error line naming the cache.
 
     python -m pytest -q tests/test_hub_names.py
 """
@@ -79,3 +80,46 @@ def test_rlhf_ppo_and_sft_take_a_hub_name(hub, tmp_path):
     errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
     assert res.exit_code == 2 and len(errors) == 1, res.output
     assert str(hub["cache"]) in errors[0] and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_preferences_reward_difficulty_and_eval_take_a_hub_name(hub, tmp_path):
+    """The stages after sft take the SFT policy by hub name too (cli/common.py `need_model`
+    "hub_policy", model_folders.policy_folder): the tiny world's stages, chained on NAME."""
+    env = {"COLUMNS": "400", "HF_HUB_CACHE": str(hub["cache"])}
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("".join(json.dumps({"prompt": p, "response": "the cat is good"}) + "\n"
+                             for p in ppo_tiny.PROMPTS))
+    params = write_params(
+        tmp_path / "params.yaml", judge={}, ppo=dict(ppo_tiny.PARAMS),
+        preferences={"k": 3, "max_new_tokens": 4, "heldout_fraction": 0.5,
+                     "annotators": {"n_annotators": 2}},
+        reward={"n_ensemble": 1, "train": {"epochs": 1.0, "max_length": 32},
+                "light": {"epochs": 1}, "rollout_prompts": 4, "rollout_k": 2, "onpolicy_k": 2,
+                "eval_prompts": 4, "max_new_tokens": 4, "external_sources": []},
+        difficulty={"max_new_tokens": 4, "sampler_batch_size": 4},
+        eval={"max_new_tokens": 4, "max_prompt_tokens": 16, "n_prompts": 4, "batch_size": 4})
+    prefs, strong, light = tmp_path / "prefs", tmp_path / "rm_strong", tmp_path / "rm_light"
+    (tmp_path / "ppo" / "checkpoints").mkdir(parents=True)  # no checkpoint: the SFT policy
+    commands = {
+        "preferences": ["--policy", NAME, "--demos", demos, "--out", prefs],
+        "reward": ["--preferences", prefs, "--sft", NAME, "--out-strong", strong,
+                   "--out-light", light, "--demos", demos],
+        "difficulty": ["--policy", NAME, "--reward-model", strong, "--out",
+                       tmp_path / "difficulty", "--demos", demos],
+        "eval": ["--sft", NAME, "--ppo", tmp_path / "ppo", "--light-rm", light, "--strong-rm",
+                 strong, "--prompts", hub["prompts"], "--out", tmp_path / "eval"]}
+    for command, args in commands.items():
+        res = CliRunner().invoke(app, [command, *map(str, args), "--params", str(params)],
+                                 env=env)
+        assert res.exit_code == 0, (command, res.output)
+    assert (tmp_path / "eval" / "curves.csv").is_file()
+    # a name the cache lacks: one error line naming the cache, at each of them
+    for command, args in commands.items():
+        absent = [("tiny-org/absent" if a == NAME else a) for a in args]
+        res = CliRunner().invoke(app, [command, *map(str, absent), "--params", str(params)],
+                                 env=env)
+        errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+        assert res.exit_code == 2 and len(errors) == 1, (command, res.output)
+        assert str(hub["cache"]) in errors[0] and "tiny-org/absent" in errors[0], errors

@@ -38,6 +38,29 @@ def test_arithmetic_rule_checks_the_last_integer_and_skips_other_prompts():
     assert all(0 <= arithmetic.answer(r["text"]) <= 8 for r in rows)
 
 
+def test_arithmetic_rule_asks_a_conversations_last_user_turn():
+    """A multi-turn prompt reaches the function as its message list (code_rewards.as_source):
+    the question is the last user turn, the earlier turns are context; a message list with no
+    user turn is one line naming its roles."""
+    def conversation(*turns: str) -> str:  # as ingest stores it (hh-rlhf's notation)
+        return "".join(f"\n\n{'Assistant' if i % 2 else 'Human'}: {t}"
+                       for i, t in enumerate(turns)).removeprefix("\n\nHuman: ")
+
+    rule = load_scorer(ARITH)
+    prompts = [conversation("What is 3 + 4?", "8", "What is 2 * 5?"),
+               conversation("What is 3 + 4?", "8", "What is 2 * 5?"),
+               conversation("What is 3 + 4?", "8", "Are you sure?"),
+               conversation("tell me about the cat", "It purrs.", "What is 6 - 9?"),
+               "What is 3 + 4?"]
+    assert isinstance(code_rewards.as_source(prompts[0]), list)
+    scores, _, valid = rule.score(prompts, ["10", "7", "7", "the answer is -3", "7"])
+    assert scores.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0]
+    assert valid.tolist() == [True, True, False, True, True]
+    with pytest.raises(ValueError) as err:
+        arithmetic.score([[{"role": "assistant", "content": "What is 1 + 1?"}]], ["2"])
+    assert str(err.value) == "arithmetic: a conversation with no user turn (roles: assistant)"
+
+
 def test_arithmetic_prompts_command_writes_jsonl(tmp_path):
     arithmetic.main([str(tmp_path / "p.jsonl"), "--n", "5", "--seed", "1"])
     rows = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]

@@ -16,9 +16,9 @@ an HTTP server. `scoring.load_scorer` reads the `rlhf ppo --reward` spec and com
   it has one (`text.render_sample`), else "Human: ... Assistant: ..."], "prompts": [the prompt
   as the policy read it, with the template's generation prompt (`text.render_prompt`)],
   "responses": [the response]} as JSON, answer {"rewards": [one number a row]} and optionally
-  "valid": [one bool a row]. `rlhf ppo` gives the scorer the policy's tokenizer
-  (`ServerScorer.policy_tokenizer`; None: the plain format). A request that times out, cannot
-  connect or gets a 5xx / 429 is retried with exponential backoff.
+  "valid": [one bool a row]. `rlhf ppo` and `rlhf eval` give the scorer the policy's tokenizer
+  (`load_scorer(..., policy_tokenizer=)`; None: the plain format). A request that times out,
+  cannot connect or gets a 5xx / 429 is retried with exponential backoff.
 
 A row the reward did not score earns none: it leaves the update like a fallback rollout and the
 store keeps a null reward with scorer "unscored" (pipeline/ppo/records.py). Anything else (an
@@ -70,11 +70,12 @@ def kind(spec: str | Path) -> str:
     return "http" if text.startswith(HTTP) else "folder"
 
 
-def load(spec: str | Path):
-    """The scorer of a `python:` or `http(s)://` spec (`scoring.load_scorer` does folders)."""
+def load(spec: str | Path, policy_tokenizer=None):
+    """The scorer of a `python:` or `http(s)://` spec (`scoring.load_scorer` does folders); a
+    server renders its texts in `policy_tokenizer`'s chat template (`ServerScorer`)."""
     spec = str(spec)
     if kind(spec) == "http":
-        return ServerScorer(spec)
+        return ServerScorer(spec, policy_tokenizer=policy_tokenizer)
     return FunctionScorer(*load_function(spec), spec=spec)
 
 
@@ -201,11 +202,10 @@ class ServerScorer:
     template the texts it sends are rendered in (None: the plain format)."""
 
     name = "light_rm"
-    policy_tokenizer = None
 
     def __init__(self, url: str, timeout_s: float = TIMEOUT_S, retries: int = RETRIES,
-                 backoff_s: float = BACKOFF_S):
-        self.url, self.version = url, url
+                 backoff_s: float = BACKOFF_S, policy_tokenizer=None):
+        self.url, self.version, self.policy_tokenizer = url, url, policy_tokenizer
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self.who = f"reward server {url}"
 

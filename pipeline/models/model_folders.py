@@ -10,7 +10,9 @@ header and the file sizes it implies, a zip's central directory) and raise one
 `ModelFolderError` that names the path and says what is wrong; the CLI prints it as one
 `error:` line. `load_policy` and `load_ensemble` run them too, so every caller gets them.
 
-Where a stage takes "any HF name or local path" (`rlhf ppo --policy`, `sft.base_model`),
+Where a stage takes "any HF name or local path" (`sft.base_model`, and a stage's policy option:
+`rlhf ppo --policy`, `rlhf preferences --policy`, `rlhf reward --sft`, `rlhf difficulty
+--policy`, `rlhf eval --sft`; the CLI's `need_model("hub_policy", ...)`),
 `policy_folder` turns a hub name (`org/name`) into its snapshot folder in the Hugging Face cache,
 downloaded first where the hub can be reached (`HF_HUB_OFFLINE` unset), and checks that folder
 the same way; a name the cache does not hold is one error naming the cache.

@@ -243,18 +243,20 @@ class RewardStageScorer:
                 for p, per in self._member.token_scores(prompts, responses, n_tokens)]
 
 
-def load_scorer(path: str | Path, name: str = "light_rm", compute=None):
+def load_scorer(path: str | Path, name: str = "light_rm", compute=None, policy_tokenizer=None):
     """The scorer saved at `path`: the reward stage's own (a folder with scorer.json, through
     `rlhf.pipeline.reward.load_ensemble`), else a plain sequence-classification checkpoint; named
     `name` and versioned by the folder's content hash (the `rm_scores` table records both).
     `path` may also be a reward function (`python:file.py:function`) or a reward server
     (`http://host:port/path`), versioned by its spec (code_rewards.py). `compute`: an RM
-    folder's device and dtype (pipeline/models/compute.py; None: as before, the CPU)."""
+    folder's device and dtype (pipeline/models/compute.py; None: as before, the CPU).
+    `policy_tokenizer`: the policy's, in whose chat template a reward server gets the texts, as
+    the policy saw them (None: the plain format; an RM folder renders in its own tokenizer)."""
     from rlhf.pipeline.models import code_rewards
     from rlhf.store.hashing import tree_hash
 
     if code_rewards.kind(path) != "folder":
-        scorer = code_rewards.load(path)
+        scorer = code_rewards.load(path, policy_tokenizer)
         scorer.name = name
         return scorer
     path = Path(path)

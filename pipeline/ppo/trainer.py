@@ -408,7 +408,6 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf.pipeline.models.policy import set_threads
-    from rlhf.pipeline.models.code_rewards import ServerScorer
     from rlhf.pipeline.models.scoring import load_scorer
     from rlhf.pipeline.ppo.scoring import check_features
 
@@ -425,9 +424,9 @@ def run(cfg: PPOConfig, policy_path: str | Path, reward_path: str | Path,
         ref = _load_policy(AutoModelForCausalLM, policy_path, compute, "reference")
     if compute.gradient_checkpointing:
         policy.activation_checkpointing_enable()  # transformers 5: gradient checkpointing
-    scorer = load_scorer(reward_path, name="light_rm", compute=compute)
-    if isinstance(scorer, ServerScorer):  # the server reads the texts as the policy saw them
-        scorer.policy_tokenizer = tokenizer
+    # a reward server reads the texts as the policy saw them (its chat template)
+    scorer = load_scorer(reward_path, name="light_rm", compute=compute,
+                         policy_tokenizer=tokenizer)
     prompts = load_prompts(prompts_path)
     sampler = None
     if difficulty is not None:

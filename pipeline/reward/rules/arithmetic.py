@@ -10,6 +10,12 @@ the prompts, `rlhf ppo` calls `score` as its reward.
 The last integer, not the first: a response that works the sum out ("3 + 4 = 7") ends on its
 answer, as the GSM8K-style verifiers read it. A prompt that is not such a question is not scored
 (`valid` False): it earns no reward and stays out of the update, it is not a zero.
+
+A conversation (a prompt with earlier turns, which `rlhf ppo` hands over as its message list:
+code_rewards.as_source) asks what its last user turn asks: the response answers that turn, the
+earlier ones are context. So "What is 3 + 4?" / "8" / "What is 2 * 5?" wants 10, and a last
+turn that asks no sum ("Are you sure?") is not scored, even after one that did. In a text (a
+single turn, or a whole conversation as a reward server gets it) the last question counts.
 """
 
 from __future__ import annotations
@@ -26,13 +32,30 @@ INTEGER = re.compile(r"-?\d+")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
-def answer(prompt: str) -> int | None:
-    """The answer to `What is a <op> b?`, or None when `prompt` is no such question."""
-    m = QUESTION.search(prompt)
-    return OPS[m.group(2)](int(m.group(1)), int(m.group(3))) if m else None
+def question(prompt: str | list[dict[str, str]]) -> str:
+    """The text that asks: a single turn's text, or a conversation's last user turn; a message
+    list with no user turn is a ValueError (one line, naming the roles it has)."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m["content"] for m in prompt if m.get("role") == "user"]
+    if not users:
+        roles = ", ".join(str(m.get("role")) for m in prompt) or "none"
+        raise ValueError(f"arithmetic: a conversation with no user turn (roles: {roles})")
+    return users[-1]
 
 
-def score(prompts: list[str], responses: list[str]) -> tuple[list[float], list[bool]]:
+def answer(prompt: str | list[dict[str, str]]) -> int | None:
+    """The answer to `What is a <op> b?` (the last one `question(prompt)` asks), or None when it
+    asks no such question."""
+    asked = QUESTION.findall(question(prompt))
+    if not asked:
+        return None
+    a, op, b = asked[-1]
+    return OPS[op](int(a), int(b))
+
+
+def score(prompts: list[str | list[dict[str, str]]],
+          responses: list[str]) -> tuple[list[float], list[bool]]:
     """(1.0 where the response's last integer is the answer else 0.0, valid: the prompt is an
     arithmetic question) for each row: the reward-function contract of code_rewards.py."""
     scores, valid = [], []
