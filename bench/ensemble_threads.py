@@ -3,8 +3,8 @@ thread, four ways, on the real ensemble and real texts: its members one after th
 (`inline`), a (member, chunk) forward per job for one thread per core (`chunk_threads`: what
 `RLHF_WORKERS=0` runs), a member per thread (`member_threads`), and a member per spawned worker
 process (`processes`: pipeline/workers.py's pool, started before the clock; each job loads its
-member from disk and scores the pre-tokenized texts). The ways run interleaved, `--repeats` rounds; every
-way's scores must be bit-identical to the inline ones.
+member from disk and scores the pre-tokenized texts). The ways run interleaved, `--repeats`
+rounds; every way's scores must be bit-identical to the inline ones.
 
     RLHF_TORCH_THREADS=1 .venv/bin/python bench/ensemble_threads.py --artifacts artifacts
 

@@ -7,7 +7,10 @@ does not depend on which process ran it or what ran there before: a stage's outp
 byte-identical whether its jobs ran inline or in workers (tests/test_reward_ensemble.py,
 tests/test_eval.py). $RLHF_WORKERS says how many processes: `make run` sets 0 (one per core);
 unset (the test suite, whose two pytest workers already share the cores) or 1 runs every job
-inline, in the stage's own process.
+inline, in the stage's own process. The same count sets the threads the strong RM ensemble
+scores its members in (reward/scorer.py `member_threads`: no model copies, the same bytes).
+Inside a job process (a worker, or a stage's own process running its share beside its workers)
+`worker_count` is 1: that process has one core, the other jobs hold the rest.
 
     python -c "from rlhf.pipeline.workers import worker_count; print(worker_count(3))"
 """

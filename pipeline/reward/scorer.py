@@ -204,13 +204,13 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
 
 
 def member_threads(models: Sequence) -> int:
-    """Threads that score an ensemble's members at once (`RMEnsemble`, a member per thread):
-    `worker_count(len(models))` (pipeline/workers.py: one per core under `make run`; 1 in the
-    test suite and inside a stage's job processes, whose cores the other jobs hold) where torch
-    runs one intra-op thread on the CPU, else 1. At one intra-op thread an op runs on the thread
-    that calls it and its kernels release the GIL, so the members' forwards share the cores with
-    no model copy, and each member's scores are those it gives inline (the same ops at the same
-    thread count: tests/test_scorer.py). With more torch threads each op already takes the cores;
+    """Threads that score an ensemble's members at once (`RMEnsemble`: a (member, chunk)
+    forward per job): `worker_count(len(models))` (pipeline/workers.py: one per core under
+    `make run`; 1 in the test suite and inside a stage's job processes, whose cores the other
+    jobs hold) where torch runs one intra-op thread on the CPU, else 1. At one intra-op thread an
+    op runs on the thread that calls it and its kernels release the GIL, so the forwards share
+    the cores with no model copy, each the same op on the same chunk as inline: the same bits
+    (tests/test_reward_ensemble.py). With more torch threads each op already takes the cores;
     on a GPU the members queue on one stream anyway."""
     import torch
 
