@@ -57,10 +57,13 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-
     from rlhf.pipeline.models.policy import quiet_hf
-    from rlhf.pipeline.reward.scorer import (batch_scores, encode_texts, load_ensemble,
-                                             member_threads)
+    from rlhf.pipeline.reward.scorer import (
+        batch_scores,
+        encode_texts,
+        load_ensemble,
+        member_threads,
+    )
     from rlhf.pipeline.workers import worker_pool
 
     quiet_hf()
