@@ -104,6 +104,13 @@ def test_members_scored_in_threads_equal_the_inline_scores(tiny, tmp_path, monke
     for workers in ("1", "2"):  # the bar counts every (text, member) forward
         assert "scoring 350 texts x 3 RMs  1,050/1,050 texts  100%" in bars[workers]
 
+    ens.memo, ens.precision = None, "bf16"  # reward.precision on a CPU with bf16: autocast is
+    bf16 = {}  # per thread, so each job enters its own
+    for workers in ("1", "2"):
+        monkeypatch.setenv("RLHF_WORKERS", workers)
+        bf16[workers] = ens.member_rewards(prompts, responses)
+    assert torch.equal(bf16["2"], bf16["1"]) and not torch.equal(bf16["1"], scored["1"][0])
+
     # a job process (eval's own process beside its workers, a spawned worker) has one core:
     # it scores inline
     with worker_pool(2, beside_stage=True):
