@@ -9,8 +9,10 @@ rounds; every way's scores must be bit-identical to the inline ones.
     RLHF_TORCH_THREADS=1 .venv/bin/python bench/ensemble_threads.py --artifacts artifacts
 
 Prints one JSON line per way (median seconds, every repeat's seconds, the median CPU seconds of
-this process: the processes' work is not in it) and a last line with the speed-ups over inline.
-On a machine other processes keep busy the speed-ups shrink towards 1: say so with the figures.
+this process: the processes' work is not in it; for the thread ways, the share of the time the
+two busiest threads were running or runnable, not waiting for the GIL) and a last line with the
+speed-ups over inline. On a machine other sessions keep busy (Linux's autogroup gives each
+session an equal share of the cores) the speed-ups shrink towards 1: say so with the figures.
 """
 
 from __future__ import annotations
@@ -47,6 +49,42 @@ def _member_job(folder: str, ids: list[list[int]], batch_size: int, precision: s
     from rlhf.pipeline.reward.scorer import batch_scores, load_rm
 
     return batch_scores(load_rm(folder), load_tokenizer(folder), ids, batch_size, precision)
+
+
+def _runnable_shares(run):
+    """(`run()`, each busy thread's share of 10 ms samples in which Linux had it running or
+    runnable (state R), busiest first): a thread that waits for the GIL sleeps on a futex
+    (state S), so two scoring threads near 1.0 are not held back by the GIL, whatever share
+    of the cores other processes leave them. Linux only ([] elsewhere)."""
+    import threading
+    from collections import Counter
+
+    if not Path("/proc/self/task").is_dir():
+        return run(), []
+    running, seen, stop = Counter(), Counter(), threading.Event()
+    skip = {str(threading.get_native_id())}  # the calling thread: it waits for the jobs
+
+    def probe():
+        skip.add(str(threading.get_native_id()))
+        while not stop.wait(0.01):
+            for task in Path("/proc/self/task").iterdir():
+                try:
+                    state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                except OSError:  # the thread ended
+                    continue
+                if task.name not in skip:
+                    seen[task.name] += 1
+                    running[task.name] += state == "R"
+
+    watcher = threading.Thread(target=probe, daemon=True)
+    watcher.start()
+    try:
+        out = run()
+    finally:
+        stop.set()
+        watcher.join()
+    return out, sorted((round(running[t] / seen[t], 2) for t in running if running[t]),
+                       reverse=True)
 
 
 def main() -> None:
@@ -107,21 +145,26 @@ def main() -> None:
                 "member_threads": member_threads_, "processes": processes}
         seconds: dict[str, list[float]] = {w: [] for w in ways}
         cpu: dict[str, list[float]] = {w: [] for w in ways}  # this process's, all its threads
+        runnable: dict[str, list[list[float]]] = {w: [] for w in ways}
         scores = {}
         for _ in range(args.repeats):
             for way, run in ways.items():
                 t, c = time.perf_counter(), time.process_time()
-                scores[way] = run()
+                scores[way], shares = (_runnable_shares(run) if "threads" in way
+                                       else (run(), []))
                 seconds[way].append(round(time.perf_counter() - t, 2))
                 cpu[way].append(round(time.process_time() - c, 2))
+                runnable[way].append(shares[:2])
                 print(f"round {len(seconds[way])} {way}: {seconds[way][-1]} s, "
-                      f"{cpu[way][-1]} s CPU here", file=sys.stderr, flush=True)
+                      f"{cpu[way][-1]} s CPU here, runnable shares {shares[:2]}",
+                      file=sys.stderr, flush=True)
     os.environ["RLHF_WORKERS"] = "0"
     medians = {w: statistics.median(s) for w, s in seconds.items()}
     for way, s in seconds.items():
         print(json.dumps({"way": way, "texts": len(ids), "members": len(members),
                           "median_s": medians[way], "seconds": s,
                           "cpu_here_median_s": statistics.median(cpu[way]),
+                          "thread_runnable_shares": runnable[way],
                           "identical_to_inline": bool(torch.equal(scores[way],
                                                                   scores["inline"]))}))
     print(json.dumps({"threads_granted": member_threads(ens.models),
