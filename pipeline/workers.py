@@ -1,5 +1,6 @@
 """Worker processes for a stage's independent, self-seeded jobs (the reward stage's strong
-members and distillation rollouts, eval's policies): both cores busy, the bytes of the inline run.
+members and distillation rollouts, eval's policies, difficulty's sampled batches): both cores
+busy, the bytes of the inline run.
 
 At one torch thread per process (`make run`: RLHF_TORCH_THREADS=1) a job runs on one core. Each
 job seeds torch itself (a member its seed, a sampled batch its (seed, batch)), so what it returns
