@@ -20,9 +20,10 @@ unexport PYTHONDONTWRITEBYTECODE
 export RLHF_TORCH_THREADS ?= 1
 # ... and a stage's independent, self-seeded jobs run in one process per core (0), each at that
 # one thread: the reward stage's strong members and its distillation rollouts (drawn while the
-# members train), eval's policies; byte-identical to the inline run, both cores busy
-# (pipeline/workers.py). Unset (the test suite, whose two workers already share the cores) or 1:
-# inline.
+# members train), eval's policies, difficulty's sampled batches; the strong RM ensemble scores
+# its members in one thread per core; byte-identical to the inline run, both cores busy
+# (pipeline/workers.py, pipeline/reward/scorer.py). Unset (the test suite, whose two workers
+# already share the cores) or 1: inline.
 export RLHF_WORKERS ?= 0
 
 .PHONY: run report test test-fast setup lock lint clean bench bench-all

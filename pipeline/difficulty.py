@@ -134,13 +134,60 @@ def _pool_rows(pool_dir, demos_path) -> tuple[list[dict[str, Any]], str]:
     return sorted(rows, key=lambda r: r["prompt_id"]), "demonstrations"
 
 
+def _draw(cfg: DifficultyConfig, model, tok, texts: list[str], batches, progress, cost: dict):
+    from rlhf.pipeline.models.policy import sample
+
+    return sample(model, tok, texts, n=1, max_new_tokens=cfg.max_new_tokens,
+                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
+                  batch_size=cfg.batch_size, progress=progress, engine=cfg.engine, cost=cost,
+                  batches=batches)
+
+
+def _draw_in_worker(cfg: DifficultyConfig, policy_dir: str, texts: list[str],
+                    batches: list[int], compute=None) -> tuple[list[list], dict]:
+    """A worker process's share of `baseline_samples`: the policy loaded here, `batches` drawn.
+    -> (samples per prompt, [] outside the share; their counted forwards)"""
+    from rlhf.pipeline.models.policy import load_policy
+
+    model, tok = load_policy(policy_dir, compute)
+    cost: dict = {}
+    return _draw(cfg, model, tok, texts, batches, None, cost), cost
+
+
+def baseline_samples(cfg: DifficultyConfig, model, tok, policy_dir: str | Path, texts: list[str],
+                     progress=None, compute=None) -> tuple[list, dict]:
+    """(one sample of `model` per text, the engine's counted forwards). Where cores allow
+    (pipeline/workers.py: `make run`, one process per core) this process and a spawned one
+    share the batches, every n-th each: a batch's seed is (seed, batch) whichever process draws
+    it, so the samples are the inline run's (tests/test_reward_stage.py)."""
+    from rlhf.pipeline.progress import advance_or_bar
+    from rlhf.pipeline.workers import worker_count, worker_pool
+
+    n_batches = -(-len(texts) // cfg.batch_size)
+    n = worker_count(n_batches)  # processes, this one included
+    shares = [list(range(i, n_batches, n)) for i in range(n)]
+    cost: dict = {}
+    with advance_or_bar(progress, "sampling 1 per prompt", len(texts), "prompts") as advance, \
+            worker_pool(n_batches, beside_stage=True) as workers:
+        jobs = ([workers.submit(_draw_in_worker, cfg, str(policy_dir), texts, share, compute)
+                 for share in shares[1:]] if workers is not None else [])
+        outs = _draw(cfg, model, tok, texts, shares[0] if jobs else None, advance, cost)
+        for job, share in zip(jobs, shares[1:]):
+            theirs, their_cost = job.result()
+            outs = [mine or drawn for mine, drawn in zip(outs, theirs)]
+            for k, v in their_cost.items():
+                cost[k] = cost.get(k, 0) + v
+            advance(sum(len(texts[b * cfg.batch_size:(b + 1) * cfg.batch_size]) for b in share))
+    return [o[0] for o in outs], cost
+
+
 def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         out_dir: str | Path, pool_dir: str | Path | None = None,
         demos_path: str | Path | None = None, progress=None, compute=None) -> dict[str, Any]:
     """The `difficulty` stage: one baseline response per prompt, the composite, the buckets.
     `compute`: the policy's and the RM's device and dtype (pipeline/models/compute.py; None: float32 on
     the CPU)."""
-    from rlhf.pipeline.models.policy import engine_on, load_policy, quiet_hf, sample
+    from rlhf.pipeline.models.policy import engine_on, load_policy, quiet_hf
     from rlhf.pipeline.reward.scorer import load_ensemble
     from rlhf.store.io import staged_folders, write_shard
 
@@ -150,11 +197,7 @@ def run(cfg: DifficultyConfig, policy_dir: str | Path, reward_model: str | Path,
         raise ValueError("no prompts to score")
     model, tok = load_policy(policy_dir, compute)
     texts = [r["text"] for r in rows]
-    counted: dict = {}
-    outs = sample(model, tok, texts, n=1, max_new_tokens=cfg.max_new_tokens,
-                  temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
-                  batch_size=cfg.batch_size, progress=progress, engine=cfg.engine, cost=counted)
-    samples = [o[0] for o in outs]
+    samples, counted = baseline_samples(cfg, model, tok, policy_dir, texts, progress, compute)
     scorer = load_ensemble(reward_model, batch_size=cfg.batch_size, compute=compute)
     rm, _ = scorer(texts, [s.response for s in samples])
     lengths = [s.n_tokens for s in samples]

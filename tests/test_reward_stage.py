@@ -75,7 +75,7 @@ def test_the_preferences_stage_declares_the_real_data_it_reads(repo):
 
 
 @pytest.mark.slow
-def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
+def test_preferences_reward_difficulty_end_to_end(world, tmp_path, monkeypatch):
     import torch
     from rlhf.pipeline import difficulty, preferences
     from rlhf.pipeline.reward import load_ensemble
@@ -174,6 +174,14 @@ def test_preferences_reward_difficulty_end_to_end(world, tmp_path):
     assert all(0.0 <= r["score"] <= 10.0 for r in rows)
     assert {r["bucket"] for r in rows} <= {"low", "mid", "high"}
     assert min(r["score"] for r in rows) == 0.0 and max(r["score"] for r in rows) == 10.0
+
+    # make run (RLHF_WORKERS=0): a spawned worker draws every other batch of 64 (here batch 1 of
+    # 0-2), and the strong members score in threads: the inline run's bytes
+    monkeypatch.setenv("RLHF_WORKERS", "2")
+    assert difficulty.run(dcfg, sft, tmp_path / "rm_strong", tmp_path / "difficulty_w",
+                          pool_dir=pool) == dm
+    assert ((tmp_path / "difficulty_w" / "part-00000.parquet").read_bytes()
+            == (tmp_path / "difficulty" / "part-00000.parquet").read_bytes())
 
 
 def test_a_member_loaded_by_a_resumed_run_saves_the_tokenizer_bytes_a_trained_one_does(tmp_path):

@@ -1,7 +1,8 @@
 """The stages' worker processes (pipeline/workers.py): how many $RLHF_WORKERS grants, and a job
 a spawned worker runs returns the bytes the stage's own process gets: the reward stage's
 distillation rollouts, drawn in a worker while the strong members train, equal the inline ones
-(every response and log-prob), and a worker renders prompts in the stage's text.prompt_format."""
+(every response and log-prob), a worker renders prompts in the stage's text.prompt_format, and a
+worker (one core of the stage's) starts no workers or scoring threads of its own."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_rollouts_drawn_in_a_worker_equal_the_inline_ones(tmp_path, monkeypatch)
     from rlhf.pipeline.models.text import prompt_format, use_prompt_format
     from rlhf.pipeline.reward.distill import sft_rollouts
     from rlhf.pipeline.reward.stage import RewardConfig
-    from rlhf.pipeline.workers import worker_pool
+    from rlhf.pipeline.workers import worker_count, worker_pool
 
     policy = ppo_tiny.build_world(tmp_path)["policy"]
     cfg = RewardConfig(rollout_k=3, max_new_tokens=8, batch_size=6, engine="native")
@@ -41,8 +42,10 @@ def test_rollouts_drawn_in_a_worker_equal_the_inline_ones(tmp_path, monkeypatch)
         with worker_pool(2) as pool:
             assert pool is not None
             fmt = pool.submit(prompt_format)
+            nested = pool.submit(worker_count, 3)  # its environment says 2, as the stage's does
             drawn = pool.submit(sft_rollouts, cfg, policy, prompts)
             assert fmt.result() == "plain"  # the stage's format, not a fresh process's "auto"
+            assert nested.result() == 1
             drawn = drawn.result()
     finally:
         use_prompt_format(previous)

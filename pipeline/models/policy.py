@@ -124,7 +124,8 @@ def engine_on(engine: str, model) -> str:
 
 def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens: int = 48,
            temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, batch_size: int = 64,
-           progress=None, engine: str = "hf", cost: dict | None = None) -> list[list[Sample]]:
+           progress=None, engine: str = "hf", cost: dict | None = None,
+           batches: Sequence[int] | None = None) -> list[list[Sample]]:
     """`n` sampled responses per prompt (temperature 0: greedy), as a list per prompt.
 
     Prompts are rendered with `format_prompt`; `progress(k)` is called after each batch of k
@@ -132,6 +133,9 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     them; `n` > 1 repeats each prompt's row n times (what model.generate's
     num_return_sequences does), and greedy decodes once and copies. `cost`: when given, the
     engine's counted `forwards` and `token_forwards` of every batch are added to it.
+    `batches`: draw only these batches (of `batch_size // n` prompts, in order; the others'
+    prompts get []): a process's share of one sampling run (pipeline/workers.py), each batch
+    seeded by its index as in the whole run, so the shares together are its samples.
     """
     import torch
 
@@ -148,10 +152,14 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int = 1, max_new_tokens:
     settings = Sampling(temperature, top_p, max_new_tokens)
     reps = 1 if settings.greedy else n
     per_batch = max(1, batch_size // max(1, n))
+    starts = range(0, len(prompts), per_batch)
+    drawn = range(len(starts)) if batches is None else sorted(set(batches))
     try:
-        with advance_or_bar(progress, f"sampling {n} per prompt", len(prompts),
+        with advance_or_bar(progress, f"sampling {n} per prompt",
+                            sum(len(prompts[starts[b]:starts[b] + per_batch]) for b in drawn),
                             "prompts") as advance:
-            for b, start in enumerate(range(0, len(prompts), per_batch)):
+            for b in drawn:
+                start = starts[b]
                 chunk = list(prompts[start:start + per_batch])
                 enc = encode_prompts(tokenizer, chunk)
                 enc = {k: v.repeat_interleave(reps, 0) for k, v in enc.items()}

@@ -33,13 +33,16 @@ template closes the assistant's turn itself), truncated from the left to
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from rlhf.pipeline.reward.confidence import CONFIDENCE_GATE, confidence_from_margins
 from rlhf.pipeline.models.text import encode_kwargs, render_sample, templated
+from rlhf.pipeline.workers import worker_count
 
 SCORER_FILE = "scorer.json"
 AGGREGATIONS = ("mean", "min")
@@ -145,26 +148,42 @@ def pad_rows(rows: Sequence[Sequence[int]], pad: int):
 def forward_scores(model, ids: Sequence[Sequence[int]], pad: int, chunk: int = 16,
                    progress=None):
     """Scores [N] of the texts `ids` in their order (with gradients when enabled): the texts go
-    through the model in length-sorted chunks of `chunk`, each padded to its own longest, not the
-    whole batch to its longest (the texts do not interact, so only the padding changes). A
-    training batch of 117 texts of 20-128 tokens pads to about 1.1x its tokens this way, not
-    1.8x. `progress(k)` after each chunk of k."""
-    import torch
-
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    parts, where = [], []
-    device = model.device  # params.yaml `compute`: the RM's GPU, else the CPU as before
-    for start in range(0, len(order), chunk):
-        idx = order[start:start + chunk]
-        x, mask = pad_rows([ids[i] for i in idx], pad)
-        if device.type != "cpu":
-            x, mask = x.to(device), mask.to(device)
-        parts.append(model(input_ids=x, attention_mask=mask).logits[:, 0].float())
-        where += idx
+    through the model in length-sorted chunks of `chunk` (`length_chunks`), each padded to its own
+    longest, not the whole batch to its longest (the texts do not interact, so only the padding
+    changes). A training batch of 117 texts of 20-128 tokens pads to about 1.1x its tokens this
+    way, not 1.8x. `progress(k)` after each chunk of k."""
+    chunks = length_chunks(ids, chunk)
+    parts = []
+    for idx in chunks:
+        parts.append(chunk_scores(model, ids, idx, pad))
         if progress is not None:
             progress(len(idx))
-    inverse = torch.empty(len(ids), dtype=torch.long)
-    inverse[torch.as_tensor(where)] = torch.arange(len(ids))
+    return in_text_order(parts, chunks)
+
+
+def length_chunks(ids: Sequence[Sequence[int]], chunk: int) -> list[list[int]]:
+    """The positions of `ids`, sorted by length, in chunks of `chunk`: what `forward_scores`
+    pads and runs together."""
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    return [order[start:start + chunk] for start in range(0, len(order), chunk)]
+
+
+def chunk_scores(model, ids: Sequence[Sequence[int]], idx: list[int], pad: int):
+    """Scores [len(idx)] of the texts `ids[i]`, i in `idx`, padded to their longest: one forward
+    of `model` on its device (params.yaml `compute`: the RM's GPU, else the CPU)."""
+    x, mask = pad_rows([ids[i] for i in idx], pad)
+    if model.device.type != "cpu":
+        x, mask = x.to(model.device), mask.to(model.device)
+    return model(input_ids=x, attention_mask=mask).logits[:, 0].float()
+
+
+def in_text_order(parts: list, chunks: list[list[int]]):
+    """[N]: the chunks' scores `parts` put back at their texts' positions."""
+    import torch
+
+    where = torch.as_tensor([i for idx in chunks for i in idx])
+    inverse = torch.empty(len(where), dtype=torch.long)
+    inverse[where] = torch.arange(len(where))
     return torch.cat(parts)[inverse]
 
 
@@ -182,6 +201,22 @@ def batch_scores(model, tokenizer, ids: list[list[int]], batch_size: int = 64,
     with torch.no_grad(), autocast(precision):
         scores = forward_scores(model, ids, tokenizer.pad_token_id, batch_size, progress)
     return scores if scores.device.type == "cpu" else scores.cpu()
+
+
+def member_threads(models: Sequence) -> int:
+    """Threads that score an ensemble's members at once (`RMEnsemble`: a (member, chunk)
+    forward per job): `worker_count(len(models))` (pipeline/workers.py: one per core under
+    `make run`; 1 in the test suite and inside a stage's job processes, whose cores the other
+    jobs hold) where torch runs one intra-op thread on the CPU, else 1. At one intra-op thread an
+    op runs on the thread that calls it and its kernels release the GIL, so the forwards share
+    the cores with no model copy, each the same op on the same chunk as inline: the same bits
+    (tests/test_reward_ensemble.py). With more torch threads each op already takes the cores;
+    on a GPU the members queue on one stream anyway."""
+    import torch
+
+    if len(models) < 2 or torch.get_num_threads() != 1 or models[0].device.type != "cpu":
+        return 1
+    return worker_count(len(models))
 
 
 class RMEnsemble:
@@ -244,8 +279,41 @@ class RMEnsemble:
         n = len(ids) * len(self.models)
         label = f"scoring {len(ids):,} texts x {len(self.models)} RM" + "s" * (len(self.models) > 1)
         with bar(label, n, "texts") if n >= BAR_TEXTS else nullcontext(None) as advance:
+            threads = member_threads(self.models)
+            if threads > 1:
+                return self._raw_in_threads(ids, threads, advance)
             return torch.stack([batch_scores(m, self.tokenizer, ids, self.batch_size,
                                              self.precision, advance) for m in self.models])
+
+    def _raw_in_threads(self, ids: list[list[int]], threads: int, advance=None):
+        """[members, N]: `_raw`'s inline scores, each (member, chunk) forward a job for
+        `threads` threads (`member_threads`): the same chunks (`length_chunks`), the same ops,
+        in any order; (member, chunk) jobs, not members, so 3 members keep 2 cores busy to the
+        end."""
+        import torch
+
+        chunks = length_chunks(ids, self.batch_size)
+        if self.precision == "bf16":  # patched once, before the threads share the models
+            for model in self.models:
+                fp32_head(model)
+        lock = threading.Lock()  # the bar's count is no atomic update
+
+        def job(model, idx: list[int]):
+            # grad mode and autocast are per thread: each job sets its own
+            with torch.no_grad(), autocast(self.precision):
+                scores = chunk_scores(model, ids, idx, self.tokenizer.pad_token_id)
+            if advance is not None:
+                with lock:
+                    advance(len(idx))
+            return scores
+
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="rm-score")
+        try:
+            jobs = [[pool.submit(job, m, idx) for idx in chunks] for m in self.models]
+            return torch.stack([in_text_order([j.result() for j in member], chunks)
+                                for member in jobs])
+        finally:  # a failed job (or Ctrl-C) drops the jobs not yet started
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def aggregate(self, member_rewards, aggregation: str | None = None):
         """(rewards [B], confidence [B]) from member rewards [members, B]."""
