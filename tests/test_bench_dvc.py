@@ -197,6 +197,20 @@ def test_a_result_from_a_clean_tree_is_kept_while_its_files_do_not_change(repo):
     assert why and "changed since" in why and "b.py" in why
 
 
+def test_a_folder_an_arm_runs_counts_as_its_files(repo):
+    """bench/dvc.yaml lists pipeline/decode/ as one dep: a clean folder is clean (make bench at
+    e556e6e refused all 54 results as 'made from a dirty tree: pipeline/decode' before this)."""
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "m.py").write_text("m = 1\n")
+    _git(repo, "add", "pkg")
+    _commit(repo, "pkg")
+    (repo / "pkg" / "__pycache__").mkdir()  # ignored build output is not a change
+    prov = results.provenance(["a.py", "pkg"])
+    assert prov["dirty"] == [] and set(prov["deps"]) == {"a.py", "pkg/m.py"}
+    (repo / "pkg" / "m.py").write_text("m = 2\n")
+    assert results.provenance(["a.py", "pkg"])["dirty"] == ["pkg/m.py"]
+
+
 def test_a_result_from_a_dirty_tree_is_refused(repo):
     (repo / "a.py").write_text("a = 2\n")  # not committed
     res = {"provenance": results.provenance(["a.py", "b.py"])}

@@ -104,6 +104,9 @@ def provenance(paths: list[str]) -> dict:
                               check=False).stdout.split()
 
     head = (git("rev-parse", "HEAD") or ["unknown"])[0]
+    # a folder an arm runs (pipeline/decode/) counts as its tracked files: a folder itself has
+    # no blob id, so comparing it with the commit's tree id would call every tree dirty
+    paths = [f for p in paths for f in (git("ls-files", "--", p) if (REPO / p).is_dir() else [p])]
     on_disk = [p for p in paths if (REPO / p).is_file()]
     ids = dict(zip(on_disk, git("hash-object", "--", *on_disk))) if on_disk else {}
     committed = committed_ids(paths)
