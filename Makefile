@@ -22,8 +22,8 @@ export RLHF_TORCH_THREADS ?= 1
 # one thread: the reward stage's strong members and its distillation rollouts (drawn while the
 # members train), eval's policies, difficulty's sampled batches; the strong RM ensemble scores
 # its members in one thread per core; byte-identical to the inline run, both cores busy
-# (pipeline/workers.py, pipeline/reward/scorer.py). Unset (the test suite, whose two workers
-# already share the cores) or 1: inline.
+# (pipeline/workers.py, pipeline/reward/scorer.py). Unset or 1: inline, as in the test suite
+# (tests/conftest.py unsets it: its two workers already share the cores).
 export RLHF_WORKERS ?= 0
 
 .PHONY: run report test test-fast setup lock lint clean bench bench-all

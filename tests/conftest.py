@@ -14,6 +14,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # one torch thread in every stage a test runs (pipeline/models/policy.set_threads): the suite's tiny
 # models run faster so, and a stage that shares the cores with pytest crawls with two
 os.environ.setdefault("RLHF_TORCH_THREADS", "1")
+# no worker processes and no member threads beside a test's stage (pipeline/workers.worker_count):
+# the suite's two pytest workers already share the cores, and `make test` inherits the Makefile's
+# RLHF_WORKERS=0 (make run's setting). The tests of the workers set it themselves.
+os.environ.pop("RLHF_WORKERS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 REALDATA = REPO.parent / "shared" / "realdata"
