@@ -197,7 +197,7 @@ def test_a_result_from_a_clean_tree_is_kept_while_its_files_do_not_change(repo):
     assert why and "changed since" in why and "b.py" in why
 
 
-def test_a_folder_an_arm_runs_counts_as_its_files(repo):
+def test_a_folder_an_arm_runs_counts_as_its_files(repo, monkeypatch):
     """bench/dvc.yaml lists pipeline/decode/ as one dep: a clean folder is clean (make bench at
     e556e6e refused all 54 results as 'made from a dirty tree: pipeline/decode' before this)."""
     (repo / "pkg").mkdir()
@@ -207,8 +207,20 @@ def test_a_folder_an_arm_runs_counts_as_its_files(repo):
     (repo / "pkg" / "__pycache__").mkdir()  # ignored build output is not a change
     prov = results.provenance(["a.py", "pkg"])
     assert prov["dirty"] == [] and set(prov["deps"]) == {"a.py", "pkg/m.py"}
+    # the report keeps it (make bench at 1bc56bb refused all 54 as 'made by a different set of
+    # files': the folder against its files) while the folder's files stay as they were
+    monkeypatch.setattr(results, "job_code", lambda setup, arm: ["a.py", "pkg"])
+    res = {"provenance": prov}
+    assert report.code_verdict(res, {}, "plain") is None
     (repo / "pkg" / "m.py").write_text("m = 2\n")
     assert results.provenance(["a.py", "pkg"])["dirty"] == ["pkg/m.py"]
+    _commit(repo, "m")
+    assert "changed since: pkg/m.py" in report.code_verdict(res, {}, "plain")
+    (repo / "pkg" / "m.py").write_text("m = 1\n")
+    (repo / "pkg" / "n.py").write_text("n = 1\n")  # a file the folder gains
+    _git(repo, "add", "pkg")
+    _commit(repo, "n")
+    assert "different set of files" in report.code_verdict(res, {}, "plain")
 
 
 def test_a_result_from_a_dirty_tree_is_refused(repo):

@@ -101,7 +101,8 @@ def code_verdict(res: dict, setup: dict, arm: str) -> str | None:
     if prov["dirty"]:
         return (f"made from a dirty tree at {prov['commit'][:7]}: "
                 + ", ".join(prov["dirty"][:3]) + (" ..." if len(prov["dirty"]) > 3 else ""))
-    code = job_code(setup, arm)
+    # a folder an arm runs (pipeline/decode/) as the files under it, as provenance records it
+    code = committed_files(job_code(setup, arm))
     if sorted(prov["deps"]) != code:
         return f"made at {prov['commit'][:7]} by a different set of files"
     head = committed_ids(code)
@@ -110,6 +111,17 @@ def code_verdict(res: dict, setup: dict, arm: str) -> str | None:
         return (f"made at {prov['commit'][:7]}; changed since: " + ", ".join(changed[:3])
                 + (" ..." if len(changed) > 3 else ""))
     return None
+
+
+def committed_files(paths: list[str]) -> list[str]:
+    """The files HEAD has under `paths`, sorted: a file as itself, a folder as its files."""
+    import subprocess
+
+    from . import results
+
+    proc = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD", "--", *paths],
+                          cwd=results.REPO, capture_output=True, text=True, check=False)
+    return sorted(proc.stdout.splitlines())
 
 
 def stamp(setup: dict, arm_names: list[str]) -> tuple[str, list[str]]:
