@@ -325,3 +325,33 @@ def test_a_scorer_scores_in_the_precision_its_rm_was_saved_with(tiny, tmp_path):
     assert r16.dtype == torch.float32 and torch.allclose(r16, r32, atol=0.05)
     with pytest.raises(ValueError, match="precision"):
         type(fp32)(fp32.models, tok, [0.0], 1.0, precision="fp16")
+
+
+def test_a_policy_checkpoint_loads_as_an_rm_without_the_new_head_report(tiny, tmp_path):
+    """A causal-LM checkpoint (the `sft` backbone) loaded as a one-output RM: the new score head
+    and the unused LM head are expected, so `new_score_head` keeps them out of transformers' load
+    report (its missing and unexpected keys), as TRL's suppress_seqcls_warning does, without
+    importing TRL's reward trainer; the class's ignore lists are as before afterwards. The bare
+    load reports them (the test can fail); init_rm loads through it."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers.modeling_layers import GenericForSequenceClassification as Head
+
+    from rlhf.pipeline.reward.train import init_rm, new_score_head
+
+    _, _, config = tiny
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "policy")
+    lists = ("_keys_to_ignore_on_load_missing", "_keys_to_ignore_on_load_unexpected")
+    before = {k: Head.__dict__.get(k, "absent") for k in lists}
+
+    def load():
+        return AutoModelForSequenceClassification.from_pretrained(
+            tmp_path / "policy", num_labels=1, output_loading_info=True)
+
+    _, bare = load()
+    assert "score.weight" in bare["missing_keys"]
+    with new_score_head():
+        _, ours = load()
+    assert not ours["missing_keys"] and not ours["unexpected_keys"]
+    assert {k: Head.__dict__.get(k, "absent") for k in lists} == before
+    rm = init_rm(str(tmp_path / "policy"), seed=0)
+    assert rm.score.weight.shape[0] == 1

@@ -74,9 +74,9 @@ def build_light(cfg: LightConfig, sft_path: str, seed: int = 0, strong_member: s
         config.num_hidden_layers = min(cfg.num_layers, config.num_hidden_layers)
         if getattr(config, "layer_types", None):
             config.layer_types = config.layer_types[: config.num_hidden_layers]
-        from trl.trainer.reward_trainer import suppress_seqcls_warning
+        from rlhf.pipeline.reward.train import new_score_head
 
-        with suppress_seqcls_warning():
+        with new_score_head():
             # layers past num_hidden_layers are simply not loaded
             return for_training(AutoModelForSequenceClassification.from_pretrained(
                 sft_path, config=config, **model_kwargs(compute)), compute)

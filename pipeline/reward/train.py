@@ -13,6 +13,7 @@ hub name. `bench/rm_backbone.py` measures the choice. Texts are tokenized with t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,34 @@ def resolve_backbone(backbone: str, sft_dir: str | Path) -> str:
     return resolve_model(backbone)[0]
 
 
+@contextmanager
+def new_score_head():
+    """Loading a causal-LM checkpoint as a one-output sequence classifier without the two
+    warnings it is meant to cause (the new `score` head is missing from the checkpoint, its
+    `lm_head` unused): TRL's `suppress_seqcls_warning` for transformers >= 4.57, here because
+    importing `trl.trainer.reward_trainer` for it took 4.5 s in every process that loads an RM
+    (datasets, accelerate: each strong member's worker, the light RM's distillation)."""
+    try:
+        from transformers.modeling_layers import GenericForSequenceClassification as Head
+    except ImportError:  # older transformers: the warnings stay
+        yield
+        return
+    patterns = {"_keys_to_ignore_on_load_missing": r"^score\.weight$",
+                "_keys_to_ignore_on_load_unexpected": r"^lm_head\."}
+    own = {key: Head.__dict__[key] for key in patterns if key in Head.__dict__}
+    for key, pattern in patterns.items():
+        keys = list(getattr(Head, key, None) or [])
+        setattr(Head, key, keys + [pattern] * (pattern not in keys))
+    try:
+        yield
+    finally:  # as it was: the class's own lists, or none (the base class's then)
+        for key in patterns:
+            if key in own:
+                setattr(Head, key, own[key])
+            else:
+                delattr(Head, key)
+
+
 def init_rm(init: str | None = None, config=None, seed: int = 0, compute=None):
     """A one-output sequence classifier: from a checkpoint (`init`: path or hub name; a causal-LM
     checkpoint gets a fresh score head) or from a model `config` (random weights); in
@@ -64,11 +93,9 @@ def init_rm(init: str | None = None, config=None, seed: int = 0, compute=None):
 
     torch.manual_seed(seed)
     if init:
-        from trl.trainer.reward_trainer import suppress_seqcls_warning
-
         if compute is not None:
             note_cast(init, compute, "reward model backbone")
-        with suppress_seqcls_warning():
+        with new_score_head():
             return for_training(AutoModelForSequenceClassification.from_pretrained(
                 str(init), num_labels=1, **model_kwargs(compute)), compute)
     if config is None:
