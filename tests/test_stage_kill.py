@@ -41,12 +41,18 @@ def _rlhf() -> str:
     return str(exe) if exe.exists() else shutil.which("rlhf")
 
 
-def _env() -> dict:
+def _env(workers: int = 1) -> dict:
+    """The stage's environment: its jobs inline (`workers` 1), or in `workers` processes as
+    `make run` runs them. Inline by default: what a kill test proves (nothing half-written
+    visible, the rerun's bytes) does not depend on where a stage's jobs ran, since only the
+    stage's own process writes its outputs, and every worker process spawned costs a run some
+    seconds (difficulty's kills took 79 s with 2 workers against 40 s inline). The jobs' bytes
+    in workers equal the inline ones (tests/test_workers.py, test_eval.py,
+    test_reward_ensemble.py); workers killed with their stage: tests/test_stage_kill_reward.py."""
     import os
 
-    # RLHF_WORKERS: the reward stage's members and rollouts in 2 processes, as `make run` runs them
     return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-                RLHF_WORKERS="2",
+                RLHF_WORKERS=str(workers),
                 TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 PYTHONHASHSEED="0")
 

@@ -1,7 +1,9 @@
 """SIGKILL at random points of `rlhf reward`, then the same command again: after each kill the RM
 folders and metrics file are absent or the uninterrupted run's, and the rerun ends with the
-uninterrupted run's; then kills as soon as a trained model is kept, whose reruns load it instead
-of training it again. The reward part of tests/test_stage_kill.py (its helpers), in a file of its
+uninterrupted run's (the members inline, as in tests/test_stage_kill.py); then kills as soon as
+a trained model is kept, with the members in 2 worker processes as `make run` trains them: the
+workers die with the stage, the reruns load each kept model instead of training it again and end
+with the inline run's bytes. The reward part of tests/test_stage_kill.py (its helpers), in a file of its
 own because it takes as long as all the others together: `make test`'s workers (a file each at a
 time) run the two files side by side.
 
@@ -84,7 +86,7 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
     # Kill as soon as a trained model is kept (a point the stage reports by its kept folder's
     # mark, not a moment): the first strong member, the light RM, the external side RM. The
     # rerun loads each model kept before the kill instead of training it again and ends with the
-    # uninterrupted run's RM folders and metrics.
+    # uninterrupted (inline) run's RM folders and metrics. In 2 worker processes, as `make run`.
     from rlhf.pipeline.reward.keep import MARK, checkpoints_of
 
     for kill_after, loaded, trained in [
@@ -95,7 +97,7 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
         again = tmp_path / f"again_{kill_after}"
         again.mkdir()
         kept = checkpoints_of(again / "models" / "rm_strong")
-        proc = subprocess.Popen(cmd, cwd=again, env=_env(), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=again, env=_env(workers=2), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 300
@@ -112,7 +114,7 @@ def test_reward_killed_at_random_points_then_rerun(tmp_path_factory, tmp_path):
                 proc.kill()
                 proc.wait(timeout=30)
         assert not (again / "models" / "rm_strong").exists()  # nothing visible until both RMs are
-        rerun = subprocess.run(cmd, cwd=again, env=_env(), capture_output=True, text=True,
+        rerun = subprocess.run(cmd, cwd=again, env=_env(workers=2), capture_output=True, text=True,
                                timeout=600, check=False)
         assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
         said = " ".join((rerun.stdout + rerun.stderr).split())  # the log, unwrapped
