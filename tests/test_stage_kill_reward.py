@@ -3,9 +3,9 @@ folders and metrics file are absent or the uninterrupted run's, and the rerun en
 uninterrupted run's (the members inline, as in tests/test_stage_kill.py); then kills as soon as
 a trained model is kept, with the members in 2 worker processes as `make run` trains them: the
 workers die with the stage, the reruns load each kept model instead of training it again and end
-with the inline run's bytes. The reward part of tests/test_stage_kill.py (its helpers), in a file of its
-own because it takes as long as all the others together: `make test`'s workers (a file each at a
-time) run the two files side by side.
+with the inline run's bytes. The reward part of tests/test_stage_kill.py (its helpers), in a
+file of its own because it takes as long as all the others together: `make test`'s workers (a
+file each at a time) run the two files side by side.
 
     python -m pytest -q -n 0 tests/test_stage_kill_reward.py
 """
