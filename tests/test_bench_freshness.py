@@ -3,11 +3,9 @@ inputs bench/dvc.lock records (SFT policy, light RM, pool, difficulty, ...) are 
 dvc.lock records. A relock that changes one (another SFT policy, another RM) fails here until
 `make bench` reruns the arms on it."""
 
-import shutil
-
 import yaml
 
-from bench.economy.freshness import REPO, stale_inputs
+from bench.economy.freshness import REPO, committed, stale_inputs
 
 
 def test_the_benchmark_read_the_artifacts_the_pipeline_locks():
@@ -15,9 +13,11 @@ def test_the_benchmark_read_the_artifacts_the_pipeline_locks():
 
 
 def _copies(tmp_path):
+    """Both locks as committed, outside git (so read from disk): this checkout's dvc.lock may be
+    another CPU model's `make run`."""
     bench, root = tmp_path / "bench.lock", tmp_path / "dvc.lock"
-    shutil.copy(REPO / "bench" / "dvc.lock", bench)
-    shutil.copy(REPO / "dvc.lock", root)
+    bench.write_text(committed(REPO / "bench" / "dvc.lock"))
+    root.write_text(committed(REPO / "dvc.lock"))
     return bench, root
 
 

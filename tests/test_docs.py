@@ -5,6 +5,7 @@ committed figures)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -13,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("docs_generate", REPO / "docs" / "generate.py")
@@ -133,9 +135,18 @@ def clean_clone(tmp_path) -> Path:
 
 
 def _rewrite_as_another_cpu(root: Path) -> dict[str, dict]:
-    """Rewrite artifacts/metrics/*.json as `make run` on another CPU model does (other float
-    kernels: other figures from `dedup` on), here every float in its third significant digit and
-    every count by one; return the rewritten figures."""
+    """Rewrite artifacts/metrics/*.json and dvc.lock as `make run` on another CPU model does
+    (other float kernels: other figures and other output hashes from `dedup` on), here every
+    float in its third significant digit, every count by one and every output's md5; return the
+    rewritten figures. DVC leaves the rewritten lock unstaged (test_dvc_does_not_stage_the_lock)."""
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8"))
+    for stage in lock["stages"].values():
+        for out in stage.get("outs", []):
+            folder = out["md5"].endswith(".dir")
+            out["md5"] = hashlib.md5(out["md5"].encode()).hexdigest() + (".dir" if folder else "")
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False), encoding="utf-8")
+
     def moved(v):
         if isinstance(v, dict):
             return {k: moved(x) for k, x in v.items()}
@@ -153,14 +164,41 @@ def _rewrite_as_another_cpu(root: Path) -> dict[str, dict]:
 
 def test_make_test_after_make_run_on_another_cpu_stays_green(clean_clone):
     """The README's order, `make run` then `make test`, on a CPU model other than the lock's."""
+    from bench.economy.freshness import stale_inputs
+
     rewritten = _rewrite_as_another_cpu(clean_clone)
     names = [f"artifacts/metrics/{stage}.json" for stage in rewritten]
-    assert _git(clean_clone, "status", "--porcelain").split() == [x for n in names
-                                                                  for x in ("M", n)]
+    assert _git(clean_clone, "status", "--porcelain").split() == [
+        x for n in [*names, "dvc.lock"] for x in ("M", n)]
     assert quote_mismatches(clean_clone, rewritten) != []  # the rewrite moves quoted figures
     assert gen.stale(clean_clone) == []
     assert quote_mismatches(clean_clone) == []
     assert gen.drifted(clean_clone) == names  # what `python docs/generate.py` notes
+    locks = clean_clone / "bench" / "dvc.lock", clean_clone / "dvc.lock"
+    assert stale_inputs(*locks) == []  # BENCHMARKS.md still read the committed lock's inputs
+    _git(clean_clone, "add", "dvc.lock")  # staged: a relock the next commit makes
+    assert any(s.startswith("artifacts/models/sft: bench read ") for s in stale_inputs(*locks))
+
+
+def test_dvc_does_not_stage_the_lock(tmp_path):
+    """`dvc repro` with this repository's DVC config writes dvc.lock and leaves it to the user to
+    stage (no core.autostage): a rerun on another CPU model leaves git's index, which the docs and
+    benchmark checks read, as committed."""
+    import sys
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    dvc = str(Path(sys.executable).parent / "dvc")
+    _git(tmp_path, "init", "-q")
+    subprocess.run([dvc, "init", "-q"], cwd=tmp_path, check=True)
+    shutil.copy(REPO / ".dvc" / "config", tmp_path / ".dvc" / "config")
+    subprocess.run([dvc, "stage", "add", "-q", "-n", "s", "-o", "out.txt", "echo 1 > out.txt"],
+                   cwd=tmp_path, check=True)
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "a stage")
+    subprocess.run([dvc, "repro", "-q"], cwd=tmp_path, check=True)
+    assert (tmp_path / "dvc.lock").is_file()
+    assert "?? dvc.lock" in _git(tmp_path, "status", "--porcelain").splitlines()
 
 
 def test_a_committed_metrics_drift_in_a_clean_clone_still_fails(clean_clone):
@@ -197,7 +235,6 @@ def test_a_wrong_quoted_figure_is_caught():
 
 
 def test_config_reference_covers_every_params_key(repo):
-    import yaml
 
     page = (repo / "docs/generated/config.md").read_text(encoding="utf-8")
     params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
@@ -466,7 +503,6 @@ def module_map(root: Path) -> tuple[str, dict[str, str], list[tuple[str, str, st
 
 def map_errors(root: Path) -> list[str]:
     """What the module map's picture says that dvc.yaml and the folders do not."""
-    import yaml
 
     section, boxes, edges = module_map(root)
     stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]

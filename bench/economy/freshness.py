@@ -4,9 +4,11 @@ RM, the pool, ...) against the same paths' hashes in the root dvc.lock (what `ma
 
     python -m bench.economy.freshness          # exit 1 and one line per stale input
 
-A stale input means BENCHMARKS.md's figures were measured on other models than `make run`'s:
-docs/generated/verdicts.md says so at its top (docs/gen_bench.py) until `make bench` reruns, and
-tests/test_bench_freshness.py fails when the page does not.
+A stale input means BENCHMARKS.md's figures were measured on other models than `make run`'s, and
+tests/test_bench_freshness.py fails until `make bench` reruns. Both locks are read as git's index
+holds them: `make run` on another CPU model rewrites dvc.lock in the working tree (other float
+kernels, other hashes) and leaves it unstaged (.dvc/config: no autostage), so the suite stays
+green there; a relock staged or committed without its `make bench` is stale.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ def _outs(lock: dict) -> dict[str, str]:
 
 
 def committed(path: Path) -> str | None:
-    """`path` as git's index holds it (what the commit claims; a `make run` on another CPU
-    rewrites the working tree's dvc.lock, docs/reliability.md), else as on disk, else None."""
+    """`path` as the index of the git checkout it lies in holds it (what the commit claims; a
+    `make run` on another CPU rewrites the working tree's dvc.lock, docs/reliability.md), else
+    as on disk (not in a checkout, or untracked), else None."""
+    path = Path(path).resolve()
     try:
-        rel = path.resolve().relative_to(REPO)
-        return subprocess.run(["git", "show", f":{rel}"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout
-    except (ValueError, OSError, subprocess.CalledProcessError):
+        return subprocess.run(["git", "show", f":./{path.name}"], cwd=path.parent,
+                              capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
