@@ -118,6 +118,10 @@ def test_the_walkthrough_runs_as_written(tmp_path):
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RLHF_TORCH_THREADS": "1",
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "200",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    # a user's shell: no wandb service of this pytest process (an earlier in-process test of
+    # this worker started one and exported WANDB_SERVICE), whose working directory is the
+    # checkout's: the page's relative runs/ folders would get its console logs there
+    env.pop("WANDB_SERVICE", None)
 
     found = blocks(section())
     assert [lang for lang, _ in found] == ["bash", "yaml", "bash", "python", "bash"], found
