@@ -55,8 +55,12 @@ def worker_count(n_jobs: int) -> int:
 
 def _init(parent: int, fmt: str) -> None:
     """A worker runs at one torch thread, renders prompts in the stage's text.prompt_format (a
-    spawned process starts with the library default) and dies with the stage: a killed stage
-    leaves no worker running on."""
+    spawned process starts with the library default), drops the libraries' unactionable
+    messages as the CLI does (a worker that saves a model imports DeepSpeed, which announces the
+    CPU) and dies with the stage: a killed stage leaves no worker running on."""
+    from rlhf.pipeline.progress import quiet_libraries
+
+    quiet_libraries()  # before the libraries: their loggers' filters are per process
     import torch
     from rlhf.pipeline.models.policy import quiet_hf
     from rlhf.pipeline.models.text import use_prompt_format

@@ -80,6 +80,26 @@ logging.getLogger("DeepSpeed").warning("a real DeepSpeed warning")
     assert "a real DeepSpeed warning" in out  # only the named messages go
 
 
+WORKER_SAVES = """
+from rlhf.pipeline import progress
+progress.quiet_libraries()  # as the CLI does, in the stage's own process
+from rlhf.pipeline.workers import worker_pool
+with worker_pool(2) as pool:  # a spawned worker saving a model imports DeepSpeed (accelerate)
+    pool.submit(exec, "from deepspeed.accelerator import get_accelerator; get_accelerator()").result()
+print("done")
+"""
+
+
+def test_a_worker_drops_the_same_messages():
+    """make run printed DeepSpeed's 'Setting accelerator to CPU' from the reward stage's
+    workers: their logging filters are their own, so a worker sets them as the CLI does."""
+    env = dict(os.environ, RLHF_WORKERS="2")
+    res = subprocess.run([sys.executable, "-c", WORKER_SAVES], capture_output=True, text=True,
+                         timeout=300, check=True, env=env)
+    assert res.stdout.strip() == "done"
+    assert "Setting accelerator to CPU" not in res.stdout + res.stderr
+
+
 SAVE_AND_LOAD = """
 import sys
 if sys.argv[1] == "quiet":
