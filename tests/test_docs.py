@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,6 @@ def _rewrite_as_another_cpu(root: Path) -> dict[str, dict]:
     (other float kernels: other figures and other output hashes from `dedup` on), here every
     float in its third significant digit, every count by one and every output's md5; return the
     rewritten figures. DVC leaves the rewritten lock unstaged (test_dvc_does_not_stage_the_lock)."""
-
     lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8"))
     for stage in lock["stages"].values():
         for out in stage.get("outs", []):
@@ -184,8 +184,6 @@ def test_dvc_does_not_stage_the_lock(tmp_path):
     """`dvc repro` with this repository's DVC config writes dvc.lock and leaves it to the user to
     stage (no core.autostage): a rerun on another CPU model leaves git's index, which the docs and
     benchmark checks read, as committed."""
-    import sys
-
     if shutil.which("git") is None:
         pytest.skip("no git")
     dvc = str(Path(sys.executable).parent / "dvc")
