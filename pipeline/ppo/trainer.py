@@ -34,6 +34,7 @@ then uses.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -209,17 +210,18 @@ class PPOTrainer:
         self.acc.wait_for_everyone()
         last: dict = {}
         budget = self.cfg.total_tokens
-        for step in self._progress(range(start, self.cfg.total_steps + 1)):
-            if budget and self.totals.sums["tokens_generated"] >= budget:
-                break  # a resumed run that had already spent its budget
-            last = self.step(step)
-            spent = budget and self.totals.sums["tokens_generated"] >= budget
-            if step % self.cfg.checkpoint_every == 0 or step == self.cfg.total_steps or spent:
-                checkpoint.save(self, step)
-            if spent:
-                self.recorder.event("token_budget_spent", step=step, budget=budget,
-                                    tokens_generated=self.totals.sums["tokens_generated"])
-                break
+        with _setup_frozen():
+            for step in self._progress(range(start, self.cfg.total_steps + 1)):
+                if budget and self.totals.sums["tokens_generated"] >= budget:
+                    break  # a resumed run that had already spent its budget
+                last = self.step(step)
+                spent = budget and self.totals.sums["tokens_generated"] >= budget
+                if step % self.cfg.checkpoint_every == 0 or step == self.cfg.total_steps or spent:
+                    checkpoint.save(self, step)
+                if spent:
+                    self.recorder.event("token_budget_spent", step=step, budget=budget,
+                                        tokens_generated=self.totals.sums["tokens_generated"])
+                    break
         return self.finish(last)
 
     def step(self, step: int) -> dict:
@@ -363,7 +365,8 @@ class PPOTrainer:
         return last
 
     def _release_memory(self) -> None:
-        """Seed 000 §5.2: free the rollout's tensors now, not when the GC gets round to it."""
+        """Seed 000 §5.2: free the rollout's tensors now, not when the GC gets round to it (a
+        collection that scans only what the steps made: `_setup_frozen`)."""
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -374,6 +377,22 @@ class PPOTrainer:
         from rlhf.pipeline.progress import track  # a live bar, or periodic lines in a pipe
 
         return track(steps, "PPO steps", unit="steps")
+
+
+@contextlib.contextmanager
+def _setup_frozen():
+    """The training loop with what existed before it (the libraries, models, tokenizer, prompts:
+    it lives as long as the run) moved out of the collector's sight (`gc.freeze`), so that each
+    step's `gc.collect()` scans only the objects the steps made: on the embedded default's CPU
+    run a full collection of everything took 0.29 s a step, 18 % of the stage (cProfile of `rlhf
+    ppo`, 60 steps). The rollout's garbage is made after the freeze and is still collected; on
+    the way out the frozen objects return to the collector (a test process runs many trainers)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 # --------------------------------------------------------------------------- entry point
