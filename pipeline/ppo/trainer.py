@@ -365,8 +365,7 @@ class PPOTrainer:
         return last
 
     def _release_memory(self) -> None:
-        """Seed 000 §5.2: free the rollout's tensors now, not when the GC gets round to it (a
-        collection that scans only what the steps made: `_setup_frozen`)."""
+        """Seed 000 §5.2: free the rollout's tensors now, not when the GC gets round to it."""
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -381,12 +380,10 @@ class PPOTrainer:
 
 @contextlib.contextmanager
 def _setup_frozen():
-    """The training loop with what existed before it (the libraries, models, tokenizer, prompts:
-    it lives as long as the run) moved out of the collector's sight (`gc.freeze`), so that each
-    step's `gc.collect()` scans only the objects the steps made: on the embedded default's CPU
-    run a full collection of everything took 0.29 s a step, 18 % of the stage (cProfile of `rlhf
-    ppo`, 60 steps). The rollout's garbage is made after the freeze and is still collected; on
-    the way out the frozen objects return to the collector (a test process runs many trainers)."""
+    """The loop with what predates it (libraries, models, prompts: alive all run) out of the
+    collector's sight (`gc.freeze`): each step's `gc.collect()` scans only what the steps made
+    (a full one took 0.29 s a step, 18 % of the embedded default's ppo stage, by cProfile), the
+    rollout's garbage included; after the loop the frozen objects return to the collector."""
     gc.collect()
     gc.freeze()
     try:
